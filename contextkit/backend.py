@@ -1,0 +1,70 @@
+"""The only module that imports litellm.
+
+Everything else talks to the small functions here: ``token_counter``, ``model_info`` and the
+completion calls used by the session. litellm is imported lazily, after the offline environment
+is set, so ``import contextkit`` stays cheap and silent.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import lru_cache
+from typing import Any
+
+from contextkit._offline import ensure_offline
+
+_lock = threading.Lock()
+_litellm: Any = None
+
+
+def litellm() -> Any:
+    """The litellm module, imported once with the offline settings applied."""
+    global _litellm
+    if _litellm is None:
+        with _lock:
+            if _litellm is None:
+                ensure_offline()
+                import warnings
+
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    import litellm as module
+
+                module.suppress_debug_info = True
+                module.telemetry = False
+                _litellm = module
+    return _litellm
+
+
+def token_counter(model: str, messages: list[dict[str, Any]]) -> int:
+    """litellm's token counter (tiktoken, offline)."""
+    return int(litellm().token_counter(model=model or "gpt-4o", messages=messages))
+
+
+@lru_cache(maxsize=128)
+def model_info(model: str) -> dict[str, Any]:
+    """litellm's model info, or ``{}`` when the model is not in the local map."""
+    try:
+        info = litellm().get_model_info(model)
+    except Exception:  # noqa: BLE001 - unmapped models raise a bare Exception subclass
+        return {}
+    return dict(info) if info else {}
+
+
+def completion(model: str, messages: list[dict[str, Any]], *, timeout: float, **kwargs: Any) -> Any:
+    """One chat completion through litellm. The SDK's own retries are off: we own retries."""
+    kwargs.setdefault("max_retries", 0)
+    return litellm().completion(model=model, messages=messages, timeout=timeout, **kwargs)
+
+
+async def acompletion(model: str, messages: list[dict[str, Any]], *, timeout: float, **kwargs: Any) -> Any:
+    kwargs.setdefault("max_retries", 0)
+    return await litellm().acompletion(model=model, messages=messages, timeout=timeout, **kwargs)
+
+
+def completion_cost(response: Any, model: str | None = None) -> float:
+    """Cost from litellm's local cost map; 0.0 for models it does not price."""
+    try:
+        return float(litellm().completion_cost(completion_response=response, model=model) or 0.0)
+    except Exception:  # noqa: BLE001 - unpriced models raise
+        return 0.0

@@ -1,0 +1,228 @@
+"""Typed events and the append-only ``EventLog``.
+
+Every state change of a session is an event. Widgets and analyses only read events. Events are
+frozen dataclasses; ``event.to_dict()`` gives a flat, JSON-safe dict (with ``type``) used by
+save/load and by ``contextkit.analysis.frames``.
+
+The log keeps every event by default. ``EventLog(max_events=N)`` bounds memory for very long
+runs (oldest events are dropped and counted in ``dropped``); subscribers still see every event.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, ClassVar
+
+Subscriber = Callable[["Event"], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """Base event: ``seq`` and ``ts`` are set by the log when the event is appended."""
+
+    type: ClassVar[str] = "event"
+    session_id: str = ""
+    turn: int = 0
+    seq: int = -1
+    ts: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["type"] = self.type
+        return data
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestEvent(Event):
+    """One request attempt sent to the provider (S5.7, S9.1)."""
+
+    type: ClassVar[str] = "request"
+    attempt: int = 1
+    level: int = 0  # recovery level applied before this attempt (0 = none)
+    model: str = ""
+    bytes: int = 0
+    tokens: int = 0
+    messages: int = 0
+    outcome: str = "ok"  # ok | rejected | error | length
+    failure_kind: str | None = None
+    status: int | None = None
+    latency_s: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    prefix_shared_bytes: int = 0  # shared prefix with the previous request body (S10.2)
+    prefix_share: float | None = None  # shared / previous body length; None for the first request
+    purpose: str = "turn"  # turn | summary | continuation
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactionEvent(Event):
+    """One compaction phase (S4.12): running, then its result."""
+
+    type: ClassVar[str] = "compaction"
+    trigger: str = "auto"  # auto | manual | recovery | turn
+    phase: str = "start"  # start | trim | dedup | microcompact | budget | verbatim | summarize | truncate | shrink | done
+    level: int = 0  # 1 trim/microcompact, 2 summary, 3 truncation/shrink
+    status: str = ""  # human status text (S4.12)
+    outcome: str = "running"  # running | applied | skipped | rejected | failed | cancelled
+    messages_before: int = 0
+    messages_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    summarizer_prompt_tokens: int = 0
+    summarizer_completion_tokens: int = 0
+    summarizer_cost: float = 0.0
+    identifier_retention: float | None = None
+    archived_keys: tuple[str, ...] = ()
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecoveryEvent(Event):
+    """One step of the recovery ladder after a classified failure (S5.1, S5.7)."""
+
+    type: ClassVar[str] = "recovery"
+    failure_kind: str = ""
+    reason: str = ""
+    level: int = 0
+    attempt: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    messages_before: int = 0
+    messages_after: int = 0
+    outcome: str = "retrying"  # retrying | recovered | failed | floor
+    latency_s: float = 0.0
+    archived_keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoticeEvent(Event):
+    """A message for the user (pre-flight, learned cap, microcompact line, warnings)."""
+
+    type: ClassVar[str] = "notice"
+    code: str = ""  # preflight | learned_cap | assumed_cap | floor_warning | size_warning | payload_notice | microcompact | dedup | recovery | escalation | retry
+    text: str = ""
+    level: str = "info"  # info | warning | error
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapEvent(Event):
+    """The session's payload cap changed (learned from a rejection, assumed, or configured)."""
+
+    type: ClassVar[str] = "cap"
+    cap_bytes: int = 0
+    previous_bytes: int | None = None
+    rejected_bytes: int | None = None
+    source: str = "configured"  # configured | learned | assumed
+
+
+@dataclass(frozen=True, kw_only=True)
+class HistoryEvent(Event):
+    """The history changed; sizes of the next request (S1.2)."""
+
+    type: ClassVar[str] = "history"
+    messages: int = 0
+    bytes: int = 0
+    tokens: int = 0
+    cap_bytes: int | None = None
+    context_window: int | None = None
+    reason: str = ""  # user | reply | tool | compaction | recovery | rewind | load
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchiveEvent(Event):
+    """Content was archived (or recalled) through the session's archive."""
+
+    type: ClassVar[str] = "archive"
+    action: str = "put"  # put | recall | miss
+    key: str = ""
+    kind: str = ""
+    bytes: int = 0
+    origin: str = ""
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (RequestEvent, CompactionEvent, RecoveryEvent, NoticeEvent, CapEvent, HistoryEvent, ArchiveEvent)
+}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """Inverse of ``Event.to_dict`` (used by ``Session.load``)."""
+    cls = EVENT_TYPES.get(str(data.get("type")), Event)
+    names = {f.name for f in fields(cls)}
+    kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in names}
+    return cls(**kwargs)
+
+
+@dataclass
+class EventLog:
+    """Append-only, thread-safe event log with synchronous subscribers."""
+
+    max_events: int | None = None
+    _events: deque[Event] = field(default_factory=deque, init=False, repr=False)
+    _subscribers: list[Subscriber] = field(default_factory=list, init=False, repr=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
+    _seq: int = field(default=0, init=False, repr=False)
+    dropped: int = field(default=0, init=False)
+    clock: Callable[[], float] = field(default=time.time, repr=False)
+
+    def append(self, event: Event) -> Event:
+        with self._lock:
+            stamped = _stamp(event, self._seq, self.clock())
+            self._seq += 1
+            self._events.append(stamped)
+            if self.max_events is not None and len(self._events) > self.max_events:
+                self._events.popleft()
+                self.dropped += 1
+            subscribers = list(self._subscribers)
+        for callback in subscribers:
+            try:
+                callback(stamped)
+            except Exception:  # noqa: BLE001 - a broken view must never break the session
+                pass
+        return stamped
+
+    def subscribe(self, callback: Subscriber, *, replay: bool = False) -> Callable[[], None]:
+        """Call ``callback(event)`` for every new event; returns an unsubscribe function."""
+        with self._lock:
+            self._subscribers.append(callback)
+            past = list(self._events) if replay else []
+        for event in past:
+            callback(event)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def __iter__(self) -> Iterator[Event]:
+        with self._lock:
+            return iter(list(self._events))
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __getitem__(self, index: int) -> Event:
+        with self._lock:
+            return list(self._events)[index]
+
+    def of_type(self, cls: type[Event]) -> list[Event]:
+        return [e for e in self if isinstance(e, cls)]
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        return [e.to_dict() for e in self]
+
+
+def _stamp(event: Event, seq: int, ts: float) -> Event:
+    return replace(event, seq=seq, ts=event.ts or ts)

@@ -1,0 +1,285 @@
+"""The ``Message`` value type and its wire conversion.
+
+A history is a list of immutable ``Message`` values. Changes make new values
+(``dataclasses.replace``). Metadata (turn, preserve_verbatim, origin, summary flags) never goes
+on the wire: ``to_wire`` emits exactly the OpenAI/litellm chat shape.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from contextkit.errors import InvalidMessageError
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+
+MARKER_RE = re.compile(r"<<ccr:([0-9a-f]{16})>>")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One function call requested by the assistant. ``arguments`` is the JSON text sent on the wire."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a message's content came from: tool name, file path and 1-based inclusive line range."""
+
+    tool: str | None = None
+    path: str | None = None
+    line_start: int | None = None
+    line_end: int | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.tool:
+            parts.append(self.tool)
+        if self.path:
+            where = self.path
+            if self.line_start is not None:
+                where += f":{self.line_start}-{self.line_end if self.line_end is not None else ''}"
+            parts.append(where)
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message plus metadata that never goes on the wire.
+
+    Wire fields: ``role``, ``content``, ``tool_calls``, ``tool_call_id``, ``name``, ``images``
+    (image URLs or data URLs, sent as OpenAI content parts).
+    Metadata: ``turn`` (assistant turns before it), ``preserve_verbatim`` (never reduced by
+    compaction), ``origin`` (tool/path/lines), ``is_summary`` / ``summary_of`` (produced by
+    compaction), ``is_recall`` (recall output: never re-archived), ``reasoning`` (provider
+    reasoning text, stripped from old turns), ``synthetic`` (injected by pairing repair).
+    """
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    images: tuple[str, ...] = ()
+    # metadata, never on the wire
+    turn: int | None = field(default=None, compare=False)
+    preserve_verbatim: bool = False
+    origin: Origin | None = None
+    is_summary: bool = False
+    summary_of: int = 0
+    is_recall: bool = False
+    reasoning: str | None = None
+    synthetic: bool = False
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise InvalidMessageError(
+                f"message role {self.role!r} is not one of {', '.join(ROLES)}; "
+                "use Message.user(...), Message.assistant(...), Message.tool(...) or Message.system(...)"
+            )
+        if not isinstance(self.content, str):
+            raise InvalidMessageError(
+                f"message content must be a str, got {type(self.content).__name__}; "
+                "pass images through Message(images=...) and text as content"
+            )
+        if self.role == "tool" and not self.tool_call_id:
+            raise InvalidMessageError(
+                "a tool message needs tool_call_id (the id of the assistant tool call it answers)"
+            )
+
+    # constructors -------------------------------------------------------------------------
+    @classmethod
+    def system(cls, content: str, **meta: Any) -> Message:
+        return cls("system", content, **meta)
+
+    @classmethod
+    def user(cls, content: str, **meta: Any) -> Message:
+        return cls("user", content, **meta)
+
+    @classmethod
+    def assistant(cls, content: str = "", tool_calls: Iterable[ToolCall] = (), **meta: Any) -> Message:
+        return cls("assistant", content, tool_calls=tuple(tool_calls), **meta)
+
+    @classmethod
+    def tool(
+        cls,
+        tool_call_id: str,
+        content: str,
+        *,
+        name: str | None = None,
+        path: str | None = None,
+        lines: tuple[int, int] | None = None,
+        **meta: Any,
+    ) -> Message:
+        origin = meta.pop("origin", None)
+        if origin is None and (name or path or lines):
+            origin = Origin(
+                tool=name,
+                path=path,
+                line_start=lines[0] if lines else None,
+                line_end=lines[1] if lines else None,
+            )
+        return cls("tool", content, tool_call_id=tool_call_id, name=name, origin=origin, **meta)
+
+    # helpers --------------------------------------------------------------------------------
+    def with_content(self, content: str, **changes: Any) -> Message:
+        return replace(self, content=content, **changes)
+
+    def evolve(self, **changes: Any) -> Message:
+        return replace(self, **changes)
+
+    @property
+    def archive_keys(self) -> tuple[str, ...]:
+        """CCR keys referenced by markers in the content, first-seen order."""
+        return tuple(dict.fromkeys(MARKER_RE.findall(self.content)))
+
+    @property
+    def chars(self) -> int:
+        return len(self.content)
+
+    def to_wire(self) -> dict[str, Any]:
+        return to_wire(self)
+
+
+# wire conversion -----------------------------------------------------------------------------
+
+
+def to_wire(message: Message) -> dict[str, Any]:
+    """The OpenAI/litellm dict for one message (metadata dropped)."""
+    wire: dict[str, Any] = {"role": message.role}
+    if message.images:
+        parts: list[dict[str, Any]] = []
+        if message.content:
+            parts.append({"type": "text", "text": message.content})
+        parts.extend({"type": "image_url", "image_url": {"url": url}} for url in message.images)
+        wire["content"] = parts
+    elif message.role == "assistant" and message.tool_calls and not message.content:
+        wire["content"] = None
+    else:
+        wire["content"] = message.content
+    if message.tool_calls:
+        wire["tool_calls"] = [call.to_wire() for call in message.tool_calls]
+    if message.tool_call_id is not None:
+        wire["tool_call_id"] = message.tool_call_id
+    if message.name is not None and message.role != "tool":
+        wire["name"] = message.name
+    return wire
+
+
+def to_wire_list(history: Iterable[Message]) -> list[dict[str, Any]]:
+    return [to_wire(m) for m in history]
+
+
+def _text_and_images(content: Any, where: str) -> tuple[str, tuple[str, ...]]:
+    if content is None:
+        return "", ()
+    if isinstance(content, str):
+        return content, ()
+    if isinstance(content, list):
+        texts: list[str] = []
+        images: list[str] = []
+        for part in content:
+            if not isinstance(part, Mapping):
+                raise InvalidMessageError(f"{where}: content parts must be dicts, got {type(part).__name__}")
+            kind = part.get("type")
+            if kind == "text":
+                texts.append(str(part.get("text", "")))
+            elif kind == "image_url":
+                url = part.get("image_url")
+                images.append(str(url.get("url", "")) if isinstance(url, Mapping) else str(url))
+            else:
+                raise InvalidMessageError(f"{where}: unsupported content part type {kind!r} (use 'text' or 'image_url')")
+        return "\n".join(texts), tuple(images)
+    raise InvalidMessageError(f"{where}: content must be a string, a list of parts or null, got {type(content).__name__}")
+
+
+def _tool_call_from_wire(raw: Any, where: str) -> ToolCall:
+    if isinstance(raw, ToolCall):
+        return raw
+    if not isinstance(raw, Mapping):
+        raise InvalidMessageError(f"{where}: each tool call must be a dict with id and function")
+    fn = raw.get("function") or {}
+    if not isinstance(fn, Mapping) or not fn.get("name"):
+        raise InvalidMessageError(f"{where}: tool call {raw.get('id')!r} has no function name")
+    args = fn.get("arguments", "{}")
+    if not isinstance(args, str):
+        args = json.dumps(args, ensure_ascii=False)
+    return ToolCall(id=str(raw.get("id") or ""), name=str(fn["name"]), arguments=args)
+
+
+def from_wire(raw: Mapping[str, Any] | Message, *, index: int | None = None) -> Message:
+    """Build a ``Message`` from an OpenAI/litellm dict (or an object with the same attributes)."""
+    if isinstance(raw, Message):
+        return raw
+    where = f"message {index}" if index is not None else "message"
+    if not isinstance(raw, Mapping):
+        dump = getattr(raw, "model_dump", None)
+        if callable(dump):
+            raw = dump()
+        else:
+            raise InvalidMessageError(f"{where}: expected a dict like {{'role': 'user', 'content': '...'}}, got {type(raw).__name__}")
+    assert isinstance(raw, Mapping)
+    if "role" not in raw:
+        raise InvalidMessageError(f"{where}: missing 'role' (one of {', '.join(ROLES)})")
+    role = raw["role"]
+    if role not in ROLES:
+        raise InvalidMessageError(f"{where}: role {role!r} is not one of {', '.join(ROLES)}")
+    if role != "assistant" and "content" not in raw:
+        raise InvalidMessageError(f"{where}: a {role} message needs 'content'")
+    text, images = _text_and_images(raw.get("content"), where)
+    calls = tuple(_tool_call_from_wire(c, where) for c in (raw.get("tool_calls") or ()))
+    if role != "assistant" and calls:
+        raise InvalidMessageError(f"{where}: only assistant messages may carry tool_calls (got role {role!r})")
+    tool_call_id = raw.get("tool_call_id")
+    if role == "tool" and not tool_call_id:
+        raise InvalidMessageError(f"{where}: a tool message needs 'tool_call_id' naming the call it answers")
+    reasoning = raw.get("reasoning_content")
+    return Message(
+        role=role,
+        content=text,
+        tool_calls=calls,
+        tool_call_id=str(tool_call_id) if tool_call_id is not None else None,
+        name=raw.get("name"),
+        images=images,
+        reasoning=reasoning if isinstance(reasoning, str) else None,
+    )
+
+
+def from_wire_list(raw: Iterable[Mapping[str, Any] | Message]) -> list[Message]:
+    return [from_wire(m, index=i) for i, m in enumerate(raw)]
+
+
+# turn helpers ---------------------------------------------------------------------------------
+
+
+def assistant_turns(history: Sequence[Message]) -> list[int]:
+    """For each message, how many assistant messages precede it (its turn tag)."""
+    tags: list[int] = []
+    count = 0
+    for m in history:
+        if m.role == "assistant":
+            count += 1
+        tags.append(count)
+    return tags
+
+
+def render_transcript(history: Iterable[Message]) -> str:
+    """The archived form of a dropped segment: ``[role]: content`` blocks."""
+    out = []
+    for m in history:
+        body = m.content
+        if m.tool_calls:
+            body += "\n[tool_calls: " + ", ".join(f"{c.name}({c.arguments})" for c in m.tool_calls) + "]"
+        out.append(f"[{m.role}]: {body}\n\n")
+    return "".join(out)

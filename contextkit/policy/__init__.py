@@ -1,0 +1,1 @@
+"""Pure history policies: plain functions over message lists, no IO, no clock, no randomness."""

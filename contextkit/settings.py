@@ -1,0 +1,124 @@
+"""Settings from ``CONTEXTKIT_*`` variables (S12) and per-session ``Limits``.
+
+Process defaults are read from the environment once per call of ``Settings.from_env`` and never
+mutated; a session takes a ``Limits`` value (its own copy) and every override is local to it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from contextkit.errors import ConfigError
+from contextkit.sizing import parse_size
+
+ENV_PREFIX = "CONTEXTKIT_"
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int | None, *, minimum: int = 1) -> int | None:
+    raw = env.get(ENV_PREFIX + name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{ENV_PREFIX}{name}={raw!r} is not a whole number; set it to an integer >= {minimum} or unset it") from None
+    if value < minimum:
+        raise ConfigError(f"{ENV_PREFIX}{name}={raw!r} must be >= {minimum}; set a larger value or unset it")
+    return value
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-session limits. ``None`` for ``context_window`` means "from litellm's model info".
+
+    ``max_payload`` accepts bytes or a size string (``"128KB"``); it is normalised to bytes.
+    """
+
+    context_window: int | None = None
+    max_payload: int | str | None = None
+    max_recovery_attempts: int = 3
+    max_token_escalations: int = 2
+    emergency_keep_messages: int = 10
+    nuclear_keep_messages: int = 4
+    nuclear_message_cap: int = 4_000
+    microcompact_truncate_turns: int = 2
+    microcompact_summarize_turns: int = 4
+    microcompact_head_chars: int = 2_000
+    microcompact_tail_chars: int = 500
+    microcompact_min_chars: int = 3_000
+    tool_result_turn_budget: int = 200_000
+    tool_result_max_chars: int = 20_000
+    assistant_cap_level1: int = 5_000
+    budget_ratio: float = 0.60
+    preflight_ratio: float = 0.85
+    preflight_budget_ratio: float = 0.40
+    min_keep_recent: int = 8
+    compact_model: str | None = None
+    request_timeout: float = 120.0
+    summary_timeout: float = 600.0
+    max_retries: int = 2  # transient / rate-limit retries (ours; the SDK's own are disabled)
+    retry_backoff: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.max_payload is not None and not isinstance(self.max_payload, int):
+            object.__setattr__(self, "max_payload", parse_size(self.max_payload, what="max_payload"))
+        if isinstance(self.max_payload, int) and (isinstance(self.max_payload, bool) or self.max_payload <= 0):
+            raise ConfigError(f"max_payload must be a positive size such as '128KB', got {self.max_payload!r}")
+        if self.context_window is not None and self.context_window <= 0:
+            raise ConfigError(f"context_window must be a positive number of tokens, got {self.context_window}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in {"context_window", "max_payload", "compact_model"}:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"Limits.{f.name} must be a number, got {value!r}")
+            if value < 0 or (value == 0 and f.name not in {"max_retries", "retry_backoff", "max_token_escalations"}):
+                raise ConfigError(f"Limits.{f.name} must be greater than zero, got {value!r}")
+        if self.microcompact_summarize_turns < self.microcompact_truncate_turns:
+            raise ConfigError(
+                "microcompact_summarize_turns must be >= microcompact_truncate_turns "
+                f"(got {self.microcompact_summarize_turns} < {self.microcompact_truncate_turns})"
+            )
+
+    @property
+    def payload_cap(self) -> int | None:
+        return self.max_payload if isinstance(self.max_payload, int) else None
+
+    def with_overrides(self, **changes: Any) -> Limits:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Limits:
+        """Process defaults from ``CONTEXTKIT_*`` variables, then ``overrides`` (which win)."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        window = _env_int(env, "CONTEXT_WINDOW", None)
+        if window is not None:
+            values["context_window"] = window
+        payload = env.get(ENV_PREFIX + "MAX_PAYLOAD")
+        if payload is not None and payload.strip():
+            values["max_payload"] = parse_size(payload, what=f"{ENV_PREFIX}MAX_PAYLOAD")
+        for name, env_name, minimum in (
+            ("max_recovery_attempts", "MAX_RECOVERY_ATTEMPTS", 1),
+            ("max_token_escalations", "MAX_TOKEN_ESCALATIONS", 0),
+            ("emergency_keep_messages", "EMERGENCY_KEEP_MESSAGES", 1),
+            ("microcompact_truncate_turns", "MICROCOMPACT_TRUNCATE_TURNS", 1),
+            ("microcompact_summarize_turns", "MICROCOMPACT_SUMMARIZE_TURNS", 1),
+        ):
+            value = _env_int(env, env_name, None, minimum=minimum)
+            if value is not None:
+                values[name] = value
+        model = env.get(ENV_PREFIX + "COMPACT_MODEL")
+        if model and model.strip():
+            values["compact_model"] = model.strip()
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def archive_path_from_env(env: Mapping[str, str] | None = None) -> str | None:
+    env = os.environ if env is None else env
+    value = env.get(ENV_PREFIX + "ARCHIVE")
+    return value.strip() if value and value.strip() else None

@@ -1,0 +1,232 @@
+"""Honest request size: bytes of the JSON body actually sent, and tokens via litellm's counter.
+
+* ``request_bytes`` is the UTF-8 length of the chat-completions body (messages, tool-call
+  arguments, tool schemas, image parts, model and parameters), serialised the way the OpenAI SDK /
+  httpx send it (``ensure_ascii=False``, compact separators).
+* ``RequestMeter`` caches per-message byte and token sizes, so re-measuring a grown history costs
+  only the new messages (S1.3).
+* ``parse_size`` / ``format_size`` read and print human sizes (S1.4).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from contextkit._offline import ensure_offline
+from contextkit.errors import ConfigError
+from contextkit.messages import Message, to_wire
+
+KB = 1024
+MB = 1024 * 1024
+GB = 1024 * 1024 * 1024
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gb|mb|kb|g|m|k|b)?\s*$", re.IGNORECASE)
+_UNITS = {"gb": GB, "g": GB, "mb": MB, "m": MB, "kb": KB, "k": KB, "b": 1, None: MB}
+SIZE_FORMS = '"5MB", "512KB", "2.5MB", "1GB", "1024B" or a bare number of megabytes such as "5"'
+
+
+def parse_size(value: str | int | float, *, what: str = "size") -> int:
+    """``"5MB"`` → 5242880, ``"512KB"`` → 524288, ``"2.5MB"``, ``"5"`` (= 5 MB). Ints are bytes.
+
+    Raises ``ConfigError`` naming the accepted forms for anything else, including zero and
+    negative values.
+    """
+    if isinstance(value, bool):
+        raise ConfigError(f"{what}: expected a size such as {SIZE_FORMS}, got {value!r}")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ConfigError(f"{what}: must be a positive number of bytes, got {value}")
+        return value
+    if isinstance(value, float):
+        if value <= 0:
+            raise ConfigError(f"{what}: must be positive, got {value}")
+        return int(value)
+    if not isinstance(value, str):
+        raise ConfigError(f"{what}: expected a size such as {SIZE_FORMS}, got {type(value).__name__}")
+    match = _SIZE_RE.match(value)
+    if not match:
+        raise ConfigError(f"{what}: cannot read {value!r} as a size; use {SIZE_FORMS}")
+    number = float(match.group(1))
+    unit = match.group(2).lower() if match.group(2) else None
+    size = int(number * _UNITS[unit])
+    if size <= 0:
+        raise ConfigError(f"{what}: must be greater than zero, got {value!r}; use {SIZE_FORMS}")
+    return size
+
+
+def format_size(n: int | float) -> str:
+    """512 → "512 B", 2048 → "2.0 KB", 5242880 → "5.0 MB"."""
+    n = int(n)
+    if n >= GB:
+        return f"{n / GB:.1f} GB"
+    if n >= MB:
+        return f"{n / MB:.1f} MB"
+    if n >= KB:
+        return f"{n / KB:.1f} KB"
+    return f"{n} B"
+
+
+def dumps(obj: Any) -> str:
+    """JSON as the OpenAI SDK sends it."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def body_bytes(body: Mapping[str, Any]) -> int:
+    return len(dumps(body).encode("utf-8", "surrogatepass"))
+
+
+def message_bytes(message: Message | Mapping[str, Any]) -> int:
+    wire = to_wire(message) if isinstance(message, Message) else message
+    return len(dumps(wire).encode("utf-8", "surrogatepass"))
+
+
+def request_bytes(
+    messages: Sequence[Message | Mapping[str, Any]],
+    *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    model: str = "",
+    **params: Any,
+) -> int:
+    """UTF-8 byte length of the chat-completions JSON body for these messages and tools."""
+    body: dict[str, Any] = {
+        "messages": [to_wire(m) if isinstance(m, Message) else m for m in messages],
+        "model": _wire_model(model),
+    }
+    if tools:
+        body["tools"] = list(tools)
+    body.update({k: v for k, v in params.items() if v is not None})
+    return body_bytes(body)
+
+
+def _wire_model(model: str) -> str:
+    """litellm strips the provider prefix before sending."""
+    return model.split("/", 1)[1] if "/" in model else model
+
+
+# tokens -------------------------------------------------------------------------------------
+
+_REPLY_PRIMING = 3  # tokens litellm/OpenAI add once per request for the assistant reply
+
+
+@lru_cache(maxsize=64)
+def _encoding_name(model: str) -> str:
+    name = model.split("/")[-1].lower()
+    if any(name.startswith(p) for p in ("gpt-4o", "gpt-4.1", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")):
+        return "o200k_base"
+    return "cl100k_base"
+
+
+@lru_cache(maxsize=4)
+def _encoding(name: str) -> Any:
+    ensure_offline()
+    import tiktoken
+
+    return tiktoken.get_encoding(name)
+
+
+def text_tokens(text: str, model: str = "") -> int:
+    """tiktoken count of plain text with the encoding litellm uses for ``model`` (offline)."""
+    if not text:
+        return 0
+    return len(_encoding(_encoding_name(model)).encode(text, disallowed_special=()))
+
+
+def truncate_to_tokens(text: str, max_tokens: int, model: str = "") -> str:
+    """The longest prefix of ``text`` with at most ``max_tokens`` tokens."""
+    enc = _encoding(_encoding_name(model))
+    ids = enc.encode(text, disallowed_special=())
+    if len(ids) <= max_tokens:
+        return text
+    cut = enc.decode(ids[:max_tokens])
+    while cut and text_tokens(cut, model) > max_tokens:
+        cut = cut[:-1]
+    return cut
+
+
+def message_tokens(message: Message | Mapping[str, Any], model: str = "") -> int:
+    """Tokens of one message as litellm's ``token_counter`` counts it (without the reply priming)."""
+    from contextkit import backend
+
+    wire = to_wire(message) if isinstance(message, Message) else dict(message)
+    return max(0, backend.token_counter(model, [wire]) - _REPLY_PRIMING)
+
+
+def tools_tokens(tools: Sequence[Mapping[str, Any]] | None, model: str = "") -> int:
+    if not tools:
+        return 0
+    return text_tokens(dumps(list(tools)), model)
+
+
+# incremental meter ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    bytes: int
+    tokens: int
+    messages: int
+
+
+class RequestMeter:
+    """Caches per-message sizes so re-measuring a grown history costs only the new messages.
+
+    Keys are the immutable ``Message`` values themselves (their hash is cheap: Python caches
+    string hashes), so a message that appears again after compaction is not re-counted.
+    """
+
+    def __init__(self, model: str = "", *, max_entries: int = 200_000) -> None:
+        self.model = model
+        self._cache: OrderedDict[Message, tuple[int, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._max = max_entries
+        self.misses = 0
+        self.hits = 0
+
+    def _sizes(self, message: Message) -> tuple[int, int]:
+        with self._lock:
+            hit = self._cache.get(message)
+            if hit is not None:
+                self.hits += 1
+                return hit
+        sizes = (message_bytes(message), message_tokens(message, self.model))
+        with self._lock:
+            self.misses += 1
+            self._cache[message] = sizes
+            if len(self._cache) > self._max:
+                self._cache.popitem(last=False)
+        return sizes
+
+    def message_bytes(self, message: Message) -> int:
+        return self._sizes(message)[0]
+
+    def measure(
+        self,
+        history: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **params: Any,
+    ) -> Measure:
+        """Request bytes and tokens of ``history`` (+ tools), equal to ``request_bytes`` exactly."""
+        total_bytes = 0
+        total_tokens = 0
+        for message in history:
+            b, t = self._sizes(message)
+            total_bytes += b
+            total_tokens += t
+        skeleton = request_bytes([], tools=tools, model=self.model, **params)
+        # skeleton has "messages":[] ; add each message and the commas between them
+        total_bytes += skeleton + max(0, len(history) - 1)
+        total_tokens += _REPLY_PRIMING + tools_tokens(tools, self.model)
+        return Measure(bytes=total_bytes, tokens=total_tokens, messages=len(history))
+
+
+def total_chars(history: Iterable[Message]) -> int:
+    """Sum of content lengths (the source system's raw measure, used for LIKELY_PAYLOAD)."""
+    return sum(len(m.content) for m in history)
