@@ -6,6 +6,8 @@ Public API only. Heavy modules (litellm, ipywidgets, polars, altair) load lazily
 from __future__ import annotations
 
 from contextkit._version import __version__
+from contextkit.archive import Archive
+from contextkit.classify import Failure, FailureKind, classify_failure
 from contextkit.errors import (
     ArchiveError,
     AuthenticationFailed,
@@ -21,17 +23,24 @@ from contextkit.errors import (
     UsageError,
 )
 from contextkit.events import EventLog
+from contextkit.flow import Reply
 from contextkit.messages import Message, Origin, ToolCall, from_wire, to_wire
+from contextkit.policy.pairing import repair_tool_pairing
+from contextkit.session import Session
 from contextkit.settings import Limits
 from contextkit.sizing import RequestMeter, format_size, parse_size, request_bytes
+from contextkit.tools import Tool, ToolResult
 
 __all__ = [
+    "Archive",
     "ArchiveError",
     "AuthenticationFailed",
     "ConfigError",
     "ContextkitError",
     "ContextkitRuntimeError",
     "EventLog",
+    "Failure",
+    "FailureKind",
     "InvalidMessageError",
     "Limits",
     "Message",
@@ -40,14 +49,20 @@ __all__ = [
     "ProviderError",
     "RecallValidationError",
     "RecoveryFailedError",
+    "Reply",
     "RequestMeter",
+    "Session",
     "SummaryRejected",
+    "Tool",
     "ToolCall",
+    "ToolResult",
     "UsageError",
     "__version__",
+    "classify_failure",
     "format_size",
     "from_wire",
     "parse_size",
+    "repair_tool_pairing",
     "request_bytes",
     "to_wire",
 ]

@@ -68,3 +68,15 @@ def completion_cost(response: Any, model: str | None = None) -> float:
         return float(litellm().completion_cost(completion_response=response, model=model) or 0.0)
     except Exception:  # noqa: BLE001 - unpriced models raise
         return 0.0
+
+
+def stream_chunk_builder(chunks: list[Any], messages: list[dict[str, Any]] | None = None) -> Any:
+    """Rebuild a full response from streamed chunks (litellm's builder)."""
+    return litellm().stream_chunk_builder(chunks, messages=messages)
+
+
+def trim_messages(messages: list[dict[str, Any]], model: str, max_tokens: int) -> list[dict[str, Any]]:
+    """litellm's own ``trim_messages`` (a baseline strategy for experiments)."""
+    from litellm.utils import trim_messages as _trim
+
+    return list(_trim(messages, model=model, max_tokens=max_tokens))

@@ -65,7 +65,9 @@ class CompactionEvent(Event):
 
     type: ClassVar[str] = "compaction"
     trigger: str = "auto"  # auto | manual | recovery | turn
-    phase: str = "start"  # start | trim | dedup | microcompact | budget | verbatim | summarize | truncate | shrink | done
+    phase: str = (
+        "start"  # start | trim | dedup | microcompact | budget | verbatim | summarize | truncate | shrink | done
+    )
     level: int = 0  # 1 trim/microcompact, 2 summary, 3 truncation/shrink
     status: str = ""  # human status text (S4.12)
     outcome: str = "running"  # running | applied | skipped | rejected | failed | cancelled
@@ -159,7 +161,7 @@ def event_from_dict(data: dict[str, Any]) -> Event:
     """Inverse of ``Event.to_dict`` (used by ``Session.load``)."""
     cls = EVENT_TYPES.get(str(data.get("type")), Event)
     names = {f.name for f in fields(cls)}
-    kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in names}
+    kwargs: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in names}
     return cls(**kwargs)
 
 

@@ -199,9 +199,13 @@ def _text_and_images(content: Any, where: str) -> tuple[str, tuple[str, ...]]:
                 url = part.get("image_url")
                 images.append(str(url.get("url", "")) if isinstance(url, Mapping) else str(url))
             else:
-                raise InvalidMessageError(f"{where}: unsupported content part type {kind!r} (use 'text' or 'image_url')")
+                raise InvalidMessageError(
+                    f"{where}: unsupported content part type {kind!r} (use 'text' or 'image_url')"
+                )
         return "\n".join(texts), tuple(images)
-    raise InvalidMessageError(f"{where}: content must be a string, a list of parts or null, got {type(content).__name__}")
+    raise InvalidMessageError(
+        f"{where}: content must be a string, a list of parts or null, got {type(content).__name__}"
+    )
 
 
 def _tool_call_from_wire(raw: Any, where: str) -> ToolCall:
@@ -228,7 +232,9 @@ def from_wire(raw: Mapping[str, Any] | Message, *, index: int | None = None) -> 
         if callable(dump):
             raw = dump()
         else:
-            raise InvalidMessageError(f"{where}: expected a dict like {{'role': 'user', 'content': '...'}}, got {type(raw).__name__}")
+            raise InvalidMessageError(
+                f"{where}: expected a dict like {{'role': 'user', 'content': '...'}}, got {type(raw).__name__}"
+            )
     assert isinstance(raw, Mapping)
     if "role" not in raw:
         raise InvalidMessageError(f"{where}: missing 'role' (one of {', '.join(ROLES)})")
@@ -283,3 +289,59 @@ def render_transcript(history: Iterable[Message]) -> str:
             body += "\n[tool_calls: " + ", ".join(f"{c.name}({c.arguments})" for c in m.tool_calls) + "]"
         out.append(f"[{m.role}]: {body}\n\n")
     return "".join(out)
+
+
+# persistence (metadata included) ---------------------------------------------------------------
+
+
+def message_to_dict(message: Message) -> dict[str, Any]:
+    """Full dict including metadata, for save/load (not for the wire)."""
+    data: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        data["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls]
+    for name in ("tool_call_id", "name", "turn", "reasoning"):
+        value = getattr(message, name)
+        if value is not None:
+            data[name] = value
+    if message.images:
+        data["images"] = list(message.images)
+    if message.origin is not None:
+        data["origin"] = {
+            k: v
+            for k, v in (
+                ("tool", message.origin.tool),
+                ("path", message.origin.path),
+                ("line_start", message.origin.line_start),
+                ("line_end", message.origin.line_end),
+            )
+            if v is not None
+        }
+    for flag in ("preserve_verbatim", "is_summary", "is_recall", "synthetic"):
+        if getattr(message, flag):
+            data[flag] = True
+    if message.summary_of:
+        data["summary_of"] = message.summary_of
+    return data
+
+
+def message_from_dict(data: Mapping[str, Any]) -> Message:
+    calls = tuple(
+        ToolCall(str(c["id"]), str(c["name"]), str(c.get("arguments", "{}"))) for c in data.get("tool_calls", ())
+    )
+    origin = Origin(**data["origin"]) if data.get("origin") else None
+    return Message(
+        role=data["role"],
+        content=data.get("content", ""),
+        tool_calls=calls,
+        tool_call_id=data.get("tool_call_id"),
+        name=data.get("name"),
+        images=tuple(data.get("images", ())),
+        turn=data.get("turn"),
+        preserve_verbatim=bool(data.get("preserve_verbatim", False)),
+        origin=origin,
+        is_summary=bool(data.get("is_summary", False)),
+        summary_of=int(data.get("summary_of", 0)),
+        is_recall=bool(data.get("is_recall", False)),
+        reasoning=data.get("reasoning"),
+        synthetic=bool(data.get("synthetic", False)),
+    )

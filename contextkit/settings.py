@@ -24,7 +24,9 @@ def _env_int(env: Mapping[str, str], name: str, default: int | None, *, minimum:
     try:
         value = int(raw.strip())
     except ValueError:
-        raise ConfigError(f"{ENV_PREFIX}{name}={raw!r} is not a whole number; set it to an integer >= {minimum} or unset it") from None
+        raise ConfigError(
+            f"{ENV_PREFIX}{name}={raw!r} is not a whole number; set it to an integer >= {minimum} or unset it"
+        ) from None
     if value < minimum:
         raise ConfigError(f"{ENV_PREFIX}{name}={raw!r} must be >= {minimum}; set a larger value or unset it")
     return value

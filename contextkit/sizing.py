@@ -82,9 +82,15 @@ def body_bytes(body: Mapping[str, Any]) -> int:
     return len(dumps(body).encode("utf-8", "surrogatepass"))
 
 
-def message_bytes(message: Message | Mapping[str, Any]) -> int:
+def sent_message(message: Message | Mapping[str, Any]) -> dict[str, Any]:
+    """The message dict as litellm puts it on the wire: top-level ``None`` values are dropped
+    (an assistant tool-call message with ``content: None`` is sent without ``content``)."""
     wire = to_wire(message) if isinstance(message, Message) else message
-    return len(dumps(wire).encode("utf-8", "surrogatepass"))
+    return {k: v for k, v in wire.items() if v is not None}
+
+
+def message_bytes(message: Message | Mapping[str, Any]) -> int:
+    return len(dumps(sent_message(message)).encode("utf-8", "surrogatepass"))
 
 
 def request_bytes(
@@ -96,13 +102,40 @@ def request_bytes(
 ) -> int:
     """UTF-8 byte length of the chat-completions JSON body for these messages and tools."""
     body: dict[str, Any] = {
-        "messages": [to_wire(m) if isinstance(m, Message) else m for m in messages],
+        "messages": [sent_message(m) for m in messages],
         "model": _wire_model(model),
     }
     if tools:
         body["tools"] = list(tools)
-    body.update({k: v for k, v in params.items() if v is not None})
+    body.update(sent_params(params, has_tools=bool(tools)))
     return body_bytes(body)
+
+
+# Keyword arguments litellm consumes itself (measured on litellm 1.110.2, openai/ route): they
+# never reach the body. ``user`` is dropped by litellm's OpenAI-compatible route as well.
+_NOT_SENT = frozenset(
+    {
+        "metadata", "drop_params", "timeout", "max_retries", "num_retries", "api_key", "api_base",
+        "base_url", "api_version", "custom_llm_provider", "mock_response", "caching", "user",
+        "extra_headers", "litellm_logging_obj",
+    }
+)  # fmt: skip
+
+
+def sent_params(params: Mapping[str, Any], *, has_tools: bool) -> dict[str, Any]:
+    """The completion parameters as they appear in the body: ``None`` values, ``stream=False``,
+    litellm-only keys and ``tool_choice`` without tools are not sent; ``extra_body`` is merged."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if value is None or key in _NOT_SENT or key == "extra_body":
+            continue
+        if (key == "stream" and value is False) or (key == "tool_choice" and not has_tools):
+            continue
+        out[key] = value
+    extra = params.get("extra_body")
+    if isinstance(extra, Mapping):
+        out.update(extra)
+    return out
 
 
 def _wire_model(model: str) -> str:

@@ -1,0 +1,51 @@
+"""Analyses of session events: polars frames, summary tables and offline altair charts (S9).
+
+A leaf package: nothing in contextkit imports it, so ``import contextkit`` never loads polars or
+altair. Typical use::
+
+    from contextkit.analysis import frames, level_outcomes, history_vs_cap_chart, save_chart
+    f = frames(session.events)
+    level_outcomes(f)                       # polars table per recovery/compaction level
+    save_chart(history_vs_cap_chart(f), "history.svg")
+"""
+
+from __future__ import annotations
+
+from contextkit.analysis.charts import (
+    LEVEL_OUTCOMES_SCHEMA,
+    history_vs_cap_chart,
+    history_vs_cap_data,
+    level_outcomes,
+    level_outcomes_chart,
+    prefix_reuse_chart,
+    retention_chart,
+)
+from contextkit.analysis.export import chart_png, chart_svg, enable_offline_renderer, save_chart
+from contextkit.analysis.frames import (
+    COMPACTIONS_SCHEMA,
+    RECOVERIES_SCHEMA,
+    REQUESTS_SCHEMA,
+    Frames,
+    frames,
+    to_events,
+)
+
+__all__ = [
+    "COMPACTIONS_SCHEMA",
+    "LEVEL_OUTCOMES_SCHEMA",
+    "RECOVERIES_SCHEMA",
+    "REQUESTS_SCHEMA",
+    "Frames",
+    "chart_png",
+    "chart_svg",
+    "enable_offline_renderer",
+    "frames",
+    "history_vs_cap_chart",
+    "history_vs_cap_data",
+    "level_outcomes",
+    "level_outcomes_chart",
+    "prefix_reuse_chart",
+    "retention_chart",
+    "save_chart",
+    "to_events",
+]

@@ -1,0 +1,473 @@
+"""Classify provider and gateway failures into one small set of kinds (SPEC S2).
+
+``classify_failure(error, *, status=None, history_bytes=None, request_bytes=None) -> Failure``
+takes a litellm / openai / httpx / builtin exception, an error text (optionally with the HTTP
+``status`` it came with) or a ``(status, body_text)`` pair. It never imports litellm: exception types are recognised by the class
+names in their MRO, so the module stays pure, fast and importable without the network stack.
+
+Evidence gathered first (over the exception, its ``__cause__`` / ``__context__`` chain and
+litellm's ``original_exception``): every text (``str(e)``, ``message``, ``body``,
+``response.text``), the HTTP status (``status=`` wins, then ``status_code`` /
+``response.status_code`` of the outermost exception that has one, then a status *written as a
+status* in the text, such as ``HTTP 413`` or ``Error code: 403``), the response headers
+(``cf-ray``, ``server``, ``retry-after``), the MRO class names and any ``request_bytes`` the
+session annotated on an exception.
+
+Precedence (first rule that matches wins):
+
+1. ``PAYLOAD_TOO_LARGE`` - a byte-size phrase (``PAYLOAD_PHRASES``: "request entity too large",
+   ``request_too_large`` ...). This comes first because litellm's Anthropic route turns a real
+   413 into a ``BadRequestError`` with status 400; only the body still tells.
+2. Status 413 / 431 - ``PAYLOAD_TOO_LARGE``, except a 413 whose body speaks about tokens or
+   context (Groq, the "prompt length above the limit" vector), which is ``CONTEXT_OVERFLOW``.
+3. ``WAF_REJECTION`` - status 403 plus a firewall/proxy signal (``WAF_SIGNALS``, ``WAF_HEADERS``,
+   a Cloudflare ``server`` header) or an HTML block page (an HTML document in the body, or
+   ``HTML_AS_JSON_FINGERPRINTS`` such as "invalid character '<' looking for beginning of value").
+4. ``AUTH`` - status 401 / 403 / 407 (a plain 403 never starts recovery).
+5. ``RATE_LIMIT`` - status 429, a ``RateLimitError``, or ``RATE_LIMIT_PHRASES`` ("tokens per
+   minute" is a rate limit, not an overflow).
+6. ``TRANSIENT`` - timeouts: ``Timeout`` / ``APITimeoutError`` / httpx ``*Timeout`` /
+   ``TimeoutError``, status 408, ``TIMEOUT_PHRASES`` ("context deadline exceeded" lands here).
+7. ``CONTEXT_OVERFLOW`` - litellm's ``ContextWindowExceededError``, ``OVERFLOW_PHRASES``,
+   "max_tokens" + "exceed", or the status-aware rule: a 400/413 whose body has a subject word
+   (``OVERFLOW_SUBJECTS``) and an excess word (``OVERFLOW_EXCESS``). A request whose *output*
+   budget is too big ("max_tokens is too large ... completion tokens") is ``OTHER``: compaction
+   cannot fix it.
+8. ``TRANSIENT`` - the server was never reached (connection refused, DNS): nothing to learn.
+9. Connection loss (``CONNECTION_PHRASES``, ``CONNECTION_CLASSES``: reset, EOF, broken pipe,
+   stream error, "Server disconnected", litellm's "Connection error.") - ``LIKELY_PAYLOAD`` when
+   the history or request is larger than ``LIKELY_PAYLOAD_MIN_BYTES`` (500 KB), else
+   ``TRANSIENT``. A stream that dropped *after* output began was accepted: ``TRANSIENT``.
+10. ``AUTH`` by class (``AuthenticationError``, ``PermissionDeniedError``) or ``AUTH_PHRASES``.
+11. ``TRANSIENT`` - 5xx / 529, server-error classes, ``SERVER_PHRASES``.
+12. ``OTHER`` - everything else (unknown parameter, bad request, model not found).
+
+Fixed quirks of the source system (research doc §3): the generic "too long" phrase is gone
+("file name too long" is not an overflow), and "413" / "431" / "403" count only as a real status
+or a status written as one - never digits inside a request id or a token count.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from contextkit.sizing import format_size
+
+LIKELY_PAYLOAD_MIN_BYTES = 500_000
+
+PAYLOAD_PHRASES = (
+    "payload too large", "request entity too large", "entity too large", "body too large",
+    "content too large", "request body exceeded", "request body is too large", "maximum request size",
+    "request header fields too large", "header fields too large", "request_too_large",
+    "maximum allowed number of bytes", "payload size exceeds", "client_max_body_size",
+    "request size exceeds", "request too long",
+)  # fmt: skip
+OVERFLOW_PHRASES = (
+    "context length", "context window", "context_length_exceeded", "context-length-exceeded",
+    "maximum context", "max context", "context limit",
+    "prompt is too long", "prompt too long", "input too long", "input is too long", "request too large",
+    "too many tokens", "too many input tokens", "token limit", "input token count", "maximum prompt length",
+    "maximum number of tokens", "exceeds model", "reduce the length", "reduce your prompt",
+    "messages too long", "conversation too long", "maximum input length", "prompt length",
+    "exceeds the available context size", "input tokens exceed", "input length", "context_window_exceeded",
+    "contextwindowexceeded",
+)  # fmt: skip
+OVERFLOW_SUBJECTS = re.compile(r"\btokens?\b|\bcontext\b|\blength\b|\bprompt\b")
+OVERFLOW_EXCESS = ("exceed", "too large", "too long", "limit", "maximum")
+OUTPUT_LIMIT_PHRASES = (
+    "completion tokens", "output tokens", "max_tokens is too large", "max_completion_tokens is too large",
+)  # fmt: skip
+WAF_SIGNALS = (
+    "firewall", "security policy", "security rule", "blocked by", "cloudflare", "cf-ray", "mod_security",
+    "modsecurity", "akamai", "proxy denied", "policy violation", "request blocked", "incapsula", "imperva",
+    "sucuri", "attention required", "the requested url was rejected", "zscaler",
+)  # fmt: skip
+WAF_WORD = re.compile(r"\bwaf\b")
+WAF_HEADERS = ("cf-ray", "cf-mitigated", "x-amzn-waf-action", "x-sucuri-id", "x-iinfo", "akamai-grn")
+WAF_SERVERS = ("cloudflare", "akamaighost", "sucuri", "imperva")
+HTML_AS_JSON_FINGERPRINTS = (
+    "invalid character '<'", "deserialization failed", "failed to decode response body",
+    "unexpected token '<'", "expecting value: line 1 column 1",
+)  # fmt: skip
+HTML_DOCUMENT = re.compile(r"<\s*(?:!doctype\s+html|html[\s>])")
+RATE_LIMIT_PHRASES = (
+    "rate limit", "rate_limit", "ratelimit", "too many requests", "tokens per min", "requests per min",
+    "tokens per day", "requests per day", "quota exceeded", "exceeded your current quota", "resource exhausted",
+    "resource_exhausted", "throttl",
+)  # fmt: skip
+TIMEOUT_PHRASES = ("context deadline exceeded", "deadline exceeded", "timed out", "timeout", "read operation timed")
+TIMEOUT_CLASSES = {
+    "Timeout", "APITimeoutError", "TimeoutException", "ReadTimeout", "WriteTimeout", "ConnectTimeout",
+    "PoolTimeout", "TimeoutError",
+}  # fmt: skip
+CONNECTION_PHRASES = (
+    "unexpected eof", "connection reset", "broken pipe", "stream error", "server disconnected",
+    "remote end closed connection", "remotedisconnected", "connection aborted", "connection error.",
+    "connection closed", "peer closed connection", "incomplete chunked read", "econnreset", "epipe",
+    "socket hang up", "eof occurred in violation of protocol", "stream ended before",
+)  # fmt: skip
+BARE_EOF = re.compile(r"\beof\b")
+CONNECTION_CLASSES = {
+    "ConnectionResetError", "BrokenPipeError", "ConnectionAbortedError", "RemoteProtocolError", "ReadError",
+    "WriteError", "APIConnectionError", "RemoteDisconnected", "IncompleteRead",
+    "ConnectionError", "NetworkError",
+}  # fmt: skip
+# The server was never reached: nothing about our payload can be inferred.
+UNREACHABLE_PHRASES = (
+    "connection refused", "all connection attempts failed", "name or service not known",
+    "nodename nor servname", "no route to host", "temporary failure in name resolution",
+)  # fmt: skip
+UNREACHABLE_CLASSES = {"ConnectionRefusedError", "ConnectError", "gaierror"}
+AUTH_PHRASES = (
+    "invalid api key", "invalid_api_key", "incorrect api key", "api key not valid", "invalid x-api-key",
+    "authentication", "unauthorized", "permission denied", "permission_denied", "invalid_request_error: invalid bearer",
+    "missing api key", "no api key",
+)  # fmt: skip
+SERVER_PHRASES = (
+    "internal server error", "service unavailable", "bad gateway", "gateway timeout", "overloaded",
+    "server had an error", "temporarily unavailable", "upstream connect error",
+)  # fmt: skip
+SERVER_CLASSES = {"InternalServerError", "ServiceUnavailableError", "APIError", "BadGatewayError"}
+
+# A status written as a status: "HTTP 413", "Error code: 413", "StatusCode: 403", "status 413",
+# "<title>413 ...", or a text that starts with "413 " - never digits inside ids or counts.
+_STATUS_IN_TEXT = re.compile(
+    r"(?:\bhttp(?:/\d(?:\.\d)?)?\s*|\bstatus(?:[ _-]?code)?\s*[:=]?\s*|\berror code\s*[:=]?\s*"
+    r"|\bapi error:\s*status\s*|<title>\s*|^\s*)([1-5]\d\d)\b(?![.,-]?\w)",
+    re.MULTILINE,
+)
+_RETRY_IN_TEXT = re.compile(r"(?:retry|try again) (?:after|in) (\d+(?:\.\d+)?)\s*(ms|s|sec|seconds)?\b")
+
+
+class FailureKind(StrEnum):
+    CONTEXT_OVERFLOW = "context_overflow"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    WAF_REJECTION = "waf_rejection"
+    LIKELY_PAYLOAD = "likely_payload"
+    OUTPUT_TRUNCATED = "output_truncated"
+    RATE_LIMIT = "rate_limit"
+    AUTH = "auth"
+    TRANSIENT = "transient"
+    OTHER = "other"
+
+    @property
+    def recoverable(self) -> bool:
+        """Shrinking the request (compaction, a lower byte cap) can make it succeed."""
+        return self in _RECOVERABLE
+
+    @property
+    def retryable(self) -> bool:
+        """The same request may succeed later, after a back-off."""
+        return self in (FailureKind.RATE_LIMIT, FailureKind.TRANSIENT)
+
+
+_RECOVERABLE = frozenset(
+    {
+        FailureKind.CONTEXT_OVERFLOW,
+        FailureKind.PAYLOAD_TOO_LARGE,
+        FailureKind.WAF_REJECTION,
+        FailureKind.LIKELY_PAYLOAD,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: FailureKind
+    reason: str
+    rejected_bytes: int | None = None
+    status: int | None = None
+    retry_after: float | None = None
+    provider_message: str = ""
+
+    @property
+    def recoverable(self) -> bool:
+        return self.kind.recoverable
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind.retryable
+
+
+def classify_finish_reason(reason: str | None) -> Failure | None:
+    """``"length"`` (OpenAI) / ``"max_tokens"`` (Anthropic) → ``OUTPUT_TRUNCATED``; anything else → None."""
+    if reason is not None and str(reason).lower() in ("length", "max_tokens", "max_output_tokens"):
+        return Failure(FailureKind.OUTPUT_TRUNCATED, f"output truncated (finish_reason {reason!r})")
+    return None
+
+
+@dataclass
+class _Evidence:
+    text: str  # lower-cased, every text of the chain joined
+    status: int | None
+    classes: set[str]
+    headers: dict[str, str]
+    annotated_bytes: int | None
+    message: str
+    mid_stream_output: bool
+
+
+def classify_failure(
+    error: BaseException | str | tuple[int, str] | None,
+    *,
+    status: int | None = None,
+    history_bytes: int | None = None,
+    request_bytes: int | None = None,
+) -> Failure:
+    """Map an exception, an error text or a ``(status, body_text)`` pair to a ``Failure``.
+
+    ``history_bytes`` / ``request_bytes`` decide whether a dropped connection is a suspected
+    payload limit (above 500 KB); ``request_bytes`` (or a ``request_bytes`` attribute the session
+    set on the exception) becomes ``rejected_bytes`` for the recoverable kinds. See the module
+    docstring for the rules and their precedence.
+    """
+    if isinstance(error, tuple):
+        code, body = error
+        error, status = body, (status if status is not None else code)
+    ev = _gather(error, status)
+    kind, reason = _decide(ev, history_bytes, request_bytes)
+    sent = request_bytes if request_bytes is not None else ev.annotated_bytes
+    retry_after = _retry_after(ev) if kind in (FailureKind.RATE_LIMIT, FailureKind.TRANSIENT) else None
+    return Failure(
+        kind=kind,
+        reason=reason,
+        rejected_bytes=sent if kind.recoverable else None,
+        status=ev.status,
+        retry_after=retry_after,
+        provider_message=ev.message,
+    )
+
+
+def _decide(ev: _Evidence, history_bytes: int | None, request_bytes: int | None) -> tuple[FailureKind, str]:
+    text, status, classes = ev.text, ev.status, ev.classes
+    if phrase := _first(text, PAYLOAD_PHRASES):
+        label: object = status if status in (413, 431) else (_written_413(text) or phrase)
+        limit = "header" if label == 431 else "payload"
+        return FailureKind.PAYLOAD_TOO_LARGE, f"proxy/gateway {limit} limit ({label})"
+    if status == 431:
+        return FailureKind.PAYLOAD_TOO_LARGE, "proxy/gateway header limit (431)"
+    if status == 413:
+        if overflow := _overflow_reason(text, status, classes):
+            return FailureKind.CONTEXT_OVERFLOW, overflow
+        return FailureKind.PAYLOAD_TOO_LARGE, "proxy/gateway payload limit (413)"
+    forbidden = status == 403 or (status is None and "forbidden" in text)
+    if forbidden and (signal := _waf_signal(ev)):
+        return FailureKind.WAF_REJECTION, f"proxy/WAF rejection (403 + {signal})"
+    if status in (401, 403, 407):
+        return FailureKind.AUTH, f"authentication or permission error ({status})"
+    if status == 429 or "RateLimitError" in classes or _first(text, RATE_LIMIT_PHRASES):
+        return (
+            FailureKind.RATE_LIMIT,
+            f"rate limited ({status or _first(text, RATE_LIMIT_PHRASES) or 'RateLimitError'})",
+        )
+    # "timeout" in a 400 body is a parameter name, not a timeout
+    timeout_text = _first(text, TIMEOUT_PHRASES) and (status is None or status >= 500)
+    if status == 408 or classes & TIMEOUT_CLASSES or timeout_text:
+        return FailureKind.TRANSIENT, "timeout"
+    if overflow := _overflow_reason(text, status, classes):
+        return FailureKind.CONTEXT_OVERFLOW, overflow
+    if _first(text, OUTPUT_LIMIT_PHRASES) and status in (None, 400):
+        return FailureKind.OTHER, "requested output budget (max_tokens) is above the model's limit"
+    if classes & UNREACHABLE_CLASSES or _first(text, UNREACHABLE_PHRASES):
+        return FailureKind.TRANSIENT, "server unreachable (connection refused or DNS failure)"
+    if net := _connection_signal(text, classes):
+        if net == "eof" and "request" in text:
+            # "error reading request body: EOF" is the server failing to read us, not a body cap.
+            return FailureKind.TRANSIENT, "network error (eof while reading the request)"
+        sizes = [n for n in (history_bytes, request_bytes, ev.annotated_bytes) if n is not None]
+        size = max(sizes) if sizes else None
+        if ev.mid_stream_output:
+            return FailureKind.TRANSIENT, f"stream dropped after output began ({net})"
+        if size is not None and size > LIKELY_PAYLOAD_MIN_BYTES:
+            return FailureKind.LIKELY_PAYLOAD, f"suspected payload limit (large history {format_size(size)} + {net})"
+        where = f", {format_size(size)} is below the 500 KB payload threshold" if size is not None else ""
+        return FailureKind.TRANSIENT, f"network error ({net}{where})"
+    if classes & {"AuthenticationError", "PermissionDeniedError"} or _first(text, AUTH_PHRASES):
+        return FailureKind.AUTH, "authentication or permission error"
+    if (status is not None and (status >= 500)) or _first(text, SERVER_PHRASES):
+        return FailureKind.TRANSIENT, f"server error ({status or 'server message'})"
+    if status is None and classes & SERVER_CLASSES:
+        return FailureKind.TRANSIENT, "server error"
+    return FailureKind.OTHER, f"unclassified error ({status})" if status else "unclassified error"
+
+
+def _overflow_reason(text: str, status: int | None, classes: set[str]) -> str | None:
+    if "ContextWindowExceededError" in classes:
+        phrase = _first(text, OVERFLOW_PHRASES)
+        return f"context window exceeded ({phrase or 'ContextWindowExceededError'})"
+    # "context deadline exceeded" is a Go timeout; keep its words out of the subject/excess rule.
+    text = text.replace("context deadline exceeded", "")
+    if phrase := _first(text, OVERFLOW_PHRASES):
+        return f"context window exceeded ({phrase})"
+    if "max_tokens" in text and "exceed" in text:
+        return "context window exceeded (max_tokens + exceed)"
+    if "current length is" in text and "while limit is" in text:
+        return "context window exceeded (current length is ... while limit is)"
+    if status in (400, 413) and not _first(text, OUTPUT_LIMIT_PHRASES):
+        subject = OVERFLOW_SUBJECTS.search(text)
+        excess = _first(text, OVERFLOW_EXCESS)
+        if subject and excess:
+            return f"context window exceeded ({status}: {subject.group(0)} + {excess})"
+    return None
+
+
+def _waf_signal(ev: _Evidence) -> str | None:
+    if any(h in ev.headers for h in WAF_HEADERS) or "cloudflare" in ev.headers.get("server", ""):
+        return "Cloudflare signals" if "cf-ray" in ev.headers or "cloudflare" in ev.text else "WAF headers"
+    server = ev.headers.get("server", "")
+    if any(s in server for s in WAF_SERVERS):
+        return f"{server} signals"
+    if signal := _first(ev.text, WAF_SIGNALS):
+        return "Cloudflare signals" if signal in ("cloudflare", "cf-ray") else f"security signal {signal!r}"
+    if WAF_WORD.search(ev.text):
+        return "security signal 'waf'"
+    if HTML_DOCUMENT.search(ev.text) or _first(ev.text, HTML_AS_JSON_FINGERPRINTS):
+        return "HTML block page"
+    return None
+
+
+def _connection_signal(text: str, classes: set[str]) -> str | None:
+    if phrase := _first(text, CONNECTION_PHRASES):
+        return phrase.rstrip(".")
+    if BARE_EOF.search(text):
+        return "eof"
+    named = classes & CONNECTION_CLASSES
+    return sorted(named)[0] if named else None
+
+
+def _retry_after(ev: _Evidence) -> float | None:
+    if (ms := ev.headers.get("retry-after-ms")) is not None:
+        try:
+            return float(ms) / 1000
+        except ValueError:
+            pass
+    if (value := ev.headers.get("retry-after")) is not None:
+        try:
+            return float(value)
+        except ValueError:
+            pass  # an HTTP date: not worth a date parser here
+    if match := _RETRY_IN_TEXT.search(ev.text):
+        seconds = float(match.group(1))
+        return seconds / 1000 if match.group(2) == "ms" else seconds
+    return None
+
+
+def _first(text: str, phrases: tuple[str, ...]) -> str | None:
+    return next((p for p in phrases if p in text), None)
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """The exception, its causes/contexts and litellm's ``original_exception``, each once."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [error]
+    while todo and len(seen) < 32:
+        exc = todo.pop(0)
+        if id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        yield exc
+        for nxt in (getattr(exc, "original_exception", None), exc.__cause__, exc.__context__):
+            if isinstance(nxt, BaseException):
+                todo.append(nxt)
+
+
+def _gather(error: BaseException | str | None, status: int | None) -> _Evidence:
+    if error is None or isinstance(error, str):
+        raw = error or ""
+        return _Evidence(raw.lower(), status if status is not None else _status_in_text(raw.lower()), set(), {}, None,
+                         raw.strip()[:2000], False)  # fmt: skip
+    texts: list[str] = []
+    classes: set[str] = set()
+    headers: dict[str, str] = {}
+    real_status: int | None = None
+    annotated: int | None = None
+    body_text = ""
+    for exc in _chain(error):
+        classes.update(c.__name__ for c in type(exc).__mro__)
+        texts.append(_safe_str(exc))
+        for attr in ("message", "body"):
+            value = getattr(exc, attr, None)
+            if isinstance(value, dict | list):
+                value = json.dumps(value, ensure_ascii=False)
+            if isinstance(value, str) and value:
+                texts.append(value)
+        response = getattr(exc, "response", None)
+        resp_text = _response_text(response)
+        if resp_text:
+            texts.append(resp_text)
+            body_text = body_text or resp_text
+        for key, value in _headers(exc, response).items():
+            headers.setdefault(key, value)
+        if real_status is None:
+            real_status = _as_status(getattr(exc, "status_code", None)) or _as_status(
+                getattr(response, "status_code", None)
+            )
+        if annotated is None:
+            n = getattr(exc, "request_bytes", None)
+            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                annotated = n
+    text = "\n".join(texts).lower()
+    chosen = status if status is not None else real_status
+    if chosen is None:
+        chosen = _status_in_text(text)
+    generated = getattr(error, "generated_content", None)
+    mid_stream = "MidStreamFallbackError" in classes and bool(generated)
+    message = (body_text or _safe_str(error)).strip()[:2000]
+    return _Evidence(text, chosen, classes, headers, annotated, message, mid_stream)
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not break classification
+        return type(exc).__name__
+
+
+def _response_text(response: Any) -> str:
+    if response is None:
+        return ""
+    try:
+        text = response.text
+    except Exception:  # noqa: BLE001 - httpx raises ResponseNotRead for unread streaming bodies
+        return ""
+    return text if isinstance(text, str) else ""
+
+
+def _headers(exc: BaseException, response: Any) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for source in (getattr(response, "headers", None), getattr(exc, "headers", None)):
+        if source is None:
+            continue
+        try:
+            items = list(source.items())
+        except Exception:  # noqa: BLE001 - anything header-like that is not a mapping
+            continue
+        for key, value in items:
+            found.setdefault(str(key).lower(), str(value).lower())
+    return found
+
+
+def _as_status(value: Any) -> int | None:
+    try:
+        code = int(value)
+    except (TypeError, ValueError):
+        return None
+    return code if 100 <= code <= 599 else None
+
+
+def _written_413(text: str) -> int | None:
+    """A 413/431 the text names as a status (litellm's Anthropic route reports such replies as 400)."""
+    found = {int(m.group(1)) for m in _STATUS_IN_TEXT.finditer(text)} | (
+        {413} if re.search(r"'413 request entity too large'", text) else set()
+    )
+    return next((code for code in (413, 431) if code in found), None)
+
+
+def _status_in_text(text: str) -> int | None:
+    match = _STATUS_IN_TEXT.search(text)
+    return int(match.group(1)) if match else None

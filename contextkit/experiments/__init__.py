@@ -1,0 +1,55 @@
+"""Strategy experiments (S9.3): seeded agent workloads on the simulator, run side by side.
+
+    from contextkit.experiments import GatewaySpec, run_sweep, save_results
+    df = run_sweep(["contextkit", "none", "sliding-window"], [GatewaySpec()], seeds=range(5), turns=40)
+    save_results(df, "results/strategies.parquet")
+
+Runs are independent (each starts its own simulator) and picklable, so ``run_sweep`` works on
+any ``concurrent.futures.Executor``, including a dask.distributed client's executor.
+"""
+
+from __future__ import annotations
+
+from contextkit.experiments.runner import (
+    RESULTS_COLUMNS,
+    RunSpec,
+    default_executor,
+    load_results,
+    results_schema,
+    run_one,
+    run_sweep,
+    save_results,
+)
+from contextkit.experiments.strategies import BASELINES, CONTEXTKIT_STRATEGIES, STRATEGIES, sliding_window
+from contextkit.experiments.summary import summarize
+from contextkit.experiments.workload import GatewaySpec, Workload
+
+__all__ = [
+    "BASELINES",
+    "SWEEPS",
+    "CONTEXTKIT_STRATEGIES",
+    "RESULTS_COLUMNS",
+    "STRATEGIES",
+    "GatewaySpec",
+    "RunSpec",
+    "Workload",
+    "default_executor",
+    "load_results",
+    "results_schema",
+    "run_one",
+    "run_sweep",
+    "save_results",
+    "sliding_window",
+    "build_report",
+    "run_experiment_cli",
+    "summarize",
+]
+
+
+def __getattr__(name: str) -> object:
+    # the report pulls in altair and vl-convert: load it only when asked (workers never need it)
+    if name in ("SWEEPS", "build_report", "run_experiment_cli"):
+        from contextkit.experiments import report
+
+        return getattr(report, name)
+    raise AttributeError(f"module 'contextkit.experiments' has no attribute {name!r}")

@@ -1,0 +1,269 @@
+"""Sweeps: strategies × gateways × seeds, each run against its own simulator, on any Executor.
+
+``run_one(RunSpec)`` is a picklable top-level function: it starts a fresh ``GatewaySimulator``
+(its own port, its own request log), runs one workload under one strategy and returns a flat
+metrics dict. ``run_sweep`` fans the runs out over a ``concurrent.futures.Executor`` — a local
+process pool by default, or e.g. ``dask.distributed.Client(...).get_executor()`` — and returns a
+polars frame with ``RESULTS_SCHEMA``.
+
+Metrics come from the simulator's own request log, so every strategy is measured the same way:
+``requests``/``rejected``/``bytes_sent`` count every body on the wire (rejected ones too),
+``tokens_sent`` the prompt tokens of accepted requests (what a provider bills),
+``summarizer_calls`` the summary requests, ``prefix_reuse`` the mean share of each turn request's
+body that repeats the previous one byte for byte (``contextkit.prefix``). ``recall_fidelity`` is
+the share of archived items whose recall returns byte-exact content (content-addressed check);
+null for baselines, which have no archive. ``recoverable`` is the share of all tool outputs that
+are still in the final context or recallable from it (recursive marker expansion).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from contextkit.experiments.progress import Progress, make_progress
+from contextkit.experiments.strategies import STRATEGIES, run_strategy
+from contextkit.experiments.workload import GatewaySpec, Workload
+
+if TYPE_CHECKING:
+    import polars as pl
+
+__all__ = ["RESULTS_COLUMNS", "RunSpec", "load_results", "results_schema", "run_one", "run_sweep", "save_results"]
+
+_AGGREGATE_PHASES = ("start", "done")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: a strategy on a gateway with a seeded workload of ``turns`` turns."""
+
+    strategy: str
+    gateway: GatewaySpec
+    seed: int
+    turns: int
+    target_bytes: int = 40_000
+    keep_events: bool = False
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.strategy}.{self.gateway.name}.s{self.seed}"
+
+
+RESULTS_COLUMNS: dict[str, str] = {
+    "run_id": "str",
+    "strategy": "str",
+    "gateway": "str",
+    "context_window": "i64",
+    "max_body": "i64",
+    "reject_with": "str",
+    "seed": "i64",
+    "turns": "i64",
+    "completed": "bool",
+    "turns_completed": "i64",
+    "requests": "i64",
+    "rejected": "i64",
+    "retries": "i64",
+    "bytes_sent": "i64",
+    "tokens_sent": "i64",
+    "summarizer_calls": "i64",
+    "summarizer_cost": "f64",
+    "prefix_reuse": "f64",
+    "archived_items": "i64",
+    "recall_fidelity": "f64",
+    "recoverable": "f64",
+    "compactions": "i64",
+    "recoveries": "i64",
+    "wall_s": "f64",
+    "error": "str",
+}
+
+
+def results_schema() -> pl.Schema:
+    """``RESULTS_COLUMNS`` as a ``polars.Schema``."""
+    import polars as pl
+
+    dtypes = {"str": pl.String, "i64": pl.Int64, "f64": pl.Float64, "bool": pl.Boolean}
+    return pl.Schema({name: dtypes[kind] for name, kind in RESULTS_COLUMNS.items()})
+
+
+def _prefix_reuse(sim: Any) -> float | None:
+    from contextkit.prefix import PrefixProbe
+
+    probe = PrefixProbe()
+    shares = []
+    for record in sim.requests:
+        if record.kind != "turn":
+            continue
+        sample = probe.feed(sim.body(record.seq))
+        if sample.share is not None:
+            shares.append(sample.share)
+    return sum(shares) / len(shares) if shares else None
+
+
+def run_one(spec: RunSpec) -> dict[str, Any]:
+    """Run one workload under one strategy against a fresh simulator; a flat metrics dict.
+
+    With ``spec.keep_events`` the dict also has ``events``: the run's event dicts
+    (``session_id`` = ``run_id``), ready for ``contextkit.analysis.frames``.
+    """
+    from contextkit.events import CompactionEvent, RecoveryEvent
+    from contextkit.sim import GatewaySimulator
+    from contextkit.sizing import parse_size
+
+    if spec.strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {spec.strategy!r}; use one of {', '.join(STRATEGIES)}")
+    gw = spec.gateway
+    workload = Workload(spec.seed, spec.turns, target_bytes=spec.target_bytes)
+    started = time.perf_counter()
+    with GatewaySimulator(record_bodies=True, **gw.simulator_kwargs()) as sim:
+        run = run_strategy(spec.strategy, workload, gw, sim, spec.run_id)
+        wall = time.perf_counter() - started
+        records = sim.requests
+        reuse = _prefix_reuse(sim)
+    accepted = [r for r in records if r.accepted]
+    row: dict[str, Any] = {
+        "run_id": spec.run_id,
+        "strategy": spec.strategy,
+        "gateway": gw.name,
+        "context_window": gw.context_window,
+        "max_body": None if gw.max_body is None else parse_size(gw.max_body, what="max_body"),
+        "reject_with": gw.reject_with,
+        "seed": spec.seed,
+        "turns": spec.turns,
+        "completed": run.error is None and run.turns_completed == spec.turns,
+        "turns_completed": run.turns_completed,
+        "requests": len(records),
+        "rejected": len(records) - len(accepted),
+        "retries": run.retries,
+        "bytes_sent": sum(r.bytes for r in records),
+        "tokens_sent": sum(r.tokens for r in accepted),
+        "summarizer_calls": sum(1 for r in records if r.kind == "summary"),
+        "summarizer_cost": run.summarizer_cost,
+        "prefix_reuse": reuse,
+        "archived_items": run.archived_items,
+        "recall_fidelity": run.recall_fidelity,
+        "recoverable": run.recoverable,
+        "compactions": sum(
+            1
+            for e in run.events
+            if isinstance(e, CompactionEvent) and e.outcome == "applied" and e.phase not in _AGGREGATE_PHASES
+        ),
+        "recoveries": sum(1 for e in run.events if isinstance(e, RecoveryEvent)),
+        "wall_s": wall,
+        "error": run.error,
+    }
+    if spec.keep_events:
+        row["events"] = [e.to_dict() for e in run.events]
+    return row
+
+
+def crash_row(spec: RunSpec, exc: BaseException) -> dict[str, Any]:
+    """The row of a run that raised (a bug or a broken worker): not completed, ``error`` says why."""
+    row: dict[str, Any] = dict.fromkeys(RESULTS_COLUMNS)
+    row.update(
+        run_id=spec.run_id, strategy=spec.strategy, gateway=spec.gateway.name, context_window=spec.gateway.context_window,
+        reject_with=spec.gateway.reject_with, seed=spec.seed, turns=spec.turns, completed=False, turns_completed=0,
+        error=f"crashed: {type(exc).__name__}: {exc}"[:2000],
+    )  # fmt: skip
+    return row
+
+
+def default_executor(max_workers: int | None = None) -> cf.Executor:
+    """A local process pool with spawned workers (safe with the threads litellm and the simulator
+    start). When ``__main__`` cannot be re-imported by a spawned worker (``python -`` or ``-c``),
+    a thread pool instead."""
+    workers = max_workers or max(1, min(4, os.cpu_count() or 1))
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_file is not None and not os.path.exists(main_file):
+        return cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="contextkit-sweep")
+    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+def _specs(
+    strategies: Iterable[str], gateways: Iterable[GatewaySpec], seeds: Iterable[int], turns: int, keep_events: bool
+) -> list[RunSpec]:
+    strategies, gateways, seeds = list(strategies), list(gateways), list(seeds)
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise ValueError(f"unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}")
+    if not strategies or not gateways or not seeds:
+        raise ValueError("a sweep needs at least one strategy, one gateway and one seed")
+    if not isinstance(turns, int) or turns < 1:
+        raise ValueError(f"turns must be a positive int, got {turns!r}")
+    for g in gateways:
+        if not isinstance(g, GatewaySpec):
+            raise TypeError(f"gateways must be GatewaySpec values, got {type(g).__name__}")
+    return [RunSpec(s, g, seed, turns, keep_events=keep_events) for g in gateways for seed in seeds for s in strategies]
+
+
+def run_sweep(
+    strategies: Sequence[str],
+    gateways: Sequence[GatewaySpec],
+    seeds: Iterable[int],
+    turns: int,
+    *,
+    executor: cf.Executor | None = None,
+    progress: bool | Progress = True,
+    events: list[dict[str, Any]] | None = None,
+) -> pl.DataFrame:
+    """Run every (strategy, gateway, seed) combination; a polars frame with ``RESULTS_COLUMNS``.
+
+    ``executor``: any ``concurrent.futures.Executor`` (default: a local process pool, shut down
+    afterwards; a passed executor is left running). ``progress``: a bar (widget in Jupyter, else
+    stderr), ``False`` for none, or your own object with ``update(done, note)``/``close()``.
+    ``events``: pass a list to receive every run's event dicts (``session_id`` = ``run_id``).
+    Rows are in sweep order (gateway, seed, strategy) whatever order the runs finish in.
+    """
+    import polars as pl
+
+    specs = _specs(strategies, gateways, seeds, turns, events is not None)
+    owned = executor is None
+    pool = default_executor() if executor is None else executor
+    bar = make_progress(len(specs), progress)
+    rows: dict[int, dict[str, Any]] = {}
+    try:
+        futures = {pool.submit(run_one, spec): i for i, spec in enumerate(specs)}
+        for future in cf.as_completed(futures):
+            i = futures[future]
+            try:
+                rows[i] = future.result()
+            except cf.BrokenExecutor as exc:
+                raise RuntimeError(
+                    f"the sweep's executor broke while running {specs[i].run_id} ({exc}); "
+                    "check that its workers can import contextkit and have memory to spare"
+                ) from exc
+            except Exception as exc:  # noqa: BLE001 - one crashed run must not lose the whole sweep
+                rows[i] = crash_row(specs[i], exc)
+            bar.update(len(rows), specs[i].run_id)
+    finally:
+        bar.close()
+        if owned:
+            pool.shutdown(wait=True, cancel_futures=True)
+    ordered = [rows[i] for i in range(len(specs))]
+    if events is not None:
+        for row in ordered:
+            events.extend(row.pop("events", []))
+    return pl.DataFrame([{k: row[k] for k in RESULTS_COLUMNS} for row in ordered], schema=results_schema())
+
+
+def save_results(df: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
+    """Write a sweep frame to Parquet (parent folders created); returns the path."""
+    target = Path(path)
+    if target.suffix != ".parquet":
+        raise ValueError(f"save_results writes Parquet; give a path ending in .parquet, got {str(target)!r}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    df.write_parquet(target)
+    return target
+
+
+def load_results(path: str | os.PathLike[str]) -> pl.DataFrame:
+    import polars as pl
+
+    return pl.read_parquet(path)

@@ -1,0 +1,220 @@
+"""Context-management strategies compared by the experiment runner (S9.3).
+
+* ``contextkit`` — the full pipeline: a ``Session`` told the gateway cap and the window.
+* ``contextkit-no-microcompact`` — the same with microcompact effectively disabled.
+* ``contextkit-learned-cap`` — the full pipeline with no cap configured: it learns the cap from
+  the first rejection.
+* ``none`` — no management: the whole history on every request (``contextkit.backend.completion``).
+* ``sliding-window`` — the system messages plus the last ``SLIDING_WINDOW_MESSAGES`` messages,
+  cut so no tool result loses its call.
+* ``trim_messages`` — litellm's ``trim_messages`` to 75% of the window (tokens), as litellm users do.
+
+Baselines make one attempt per request (no retries) and stop at the first failed request: an
+agent that got no answer cannot take its next step. Each runner returns a ``StrategyRun``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from contextkit.events import Event, EventLog, RequestEvent
+from contextkit.experiments.workload import SYSTEM_PROMPT, GatewaySpec, Workload
+
+__all__ = [
+    "BASELINES",
+    "CONTEXTKIT_STRATEGIES",
+    "SLIDING_WINDOW_MESSAGES",
+    "STRATEGIES",
+    "StrategyRun",
+    "run_strategy",
+    "sliding_window",
+]
+
+SLIDING_WINDOW_MESSAGES = 8
+TRIM_RATIO = 0.75
+REQUEST_TIMEOUT = 30.0
+MAX_TOOL_ROUNDS = 8
+CONTEXTKIT_STRATEGIES = ("contextkit", "contextkit-no-microcompact", "contextkit-learned-cap")
+BASELINES = ("none", "sliding-window", "trim_messages")
+STRATEGIES = CONTEXTKIT_STRATEGIES + BASELINES
+
+
+@dataclass
+class StrategyRun:
+    """What one strategy did with one workload (metrics are derived by the runner)."""
+
+    turns_completed: int
+    error: str | None
+    events: list[Event]
+    retries: int = 0
+    summarizer_cost: float = 0.0
+    archived_items: int | None = None  # None: the strategy has no archive
+    recall_fidelity: float | None = None  # None: no archive to recall from
+    recoverable: float = 0.0  # share of tool outputs in the final context or recallable from it
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def sliding_window(history: list[dict[str, Any]], keep: int = SLIDING_WINDOW_MESSAGES) -> list[dict[str, Any]]:
+    """System messages plus the last ``keep`` others; leading tool results (whose call was cut) go too."""
+    system = [m for m in history if m["role"] == "system"]
+    rest = [m for m in history if m["role"] != "system"]
+    tail = rest[-keep:] if keep > 0 else []
+    while tail and tail[0]["role"] == "tool":
+        tail = tail[1:]
+    return system + tail
+
+
+def _shaper(strategy: str, gw: GatewaySpec) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
+    if strategy == "none":
+        return list
+    if strategy == "sliding-window":
+        return sliding_window
+    if strategy == "trim_messages":
+        from contextkit import backend
+
+        backend.litellm()  # offline settings before litellm.utils is imported
+        budget = int(gw.context_window * TRIM_RATIO)
+        return lambda history: backend.trim_messages(history, model="", max_tokens=budget)
+    raise ValueError(f"unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
+
+
+def _share_in(outputs: list[str], text: str) -> float:
+    return sum(1 for o in outputs if o in text) / len(outputs) if outputs else 1.0
+
+
+def _baseline(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_id: str) -> StrategyRun:
+    from contextkit import backend
+    from contextkit.classify import classify_failure
+    from contextkit.sizing import request_bytes
+
+    shape = _shaper(strategy, gw)
+    kwargs = sim.litellm_kwargs()
+    model = kwargs.pop("model")
+    tools = workload.tool_schemas
+    log = EventLog()
+    history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
+    sent: list[dict[str, Any]] = history
+
+    def record(turn: int, size: int, count: int, started: float, **fields: Any) -> None:
+        log.append(
+            RequestEvent(
+                session_id=run_id, turn=turn, model=model, bytes=size, messages=count,
+                latency_s=time.perf_counter() - started, **fields,
+            )
+        )  # fmt: skip
+
+    for turn in range(workload.turns):
+        history.append({"role": "user", "content": workload.user_message(turn)})
+        for _ in range(MAX_TOOL_ROUNDS):
+            try:
+                sent = shape(history)
+            except Exception as exc:  # noqa: BLE001 - a baseline that crashes is a result, not a bug here
+                return StrategyRun(turn, f"{strategy} failed: {type(exc).__name__}: {exc}", list(log))
+            size = request_bytes(sent, tools=tools, model=model)
+            started = time.perf_counter()
+            try:
+                response = backend.completion(model, sent, timeout=REQUEST_TIMEOUT, tools=tools, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - every provider/gateway error ends a baseline run
+                failure = classify_failure(exc, request_bytes=size)
+                record(turn, size, len(sent), started, outcome="rejected", failure_kind=failure.kind.value, status=failure.status)
+                text = f"{failure.kind.value}: {failure.reason}"
+                return StrategyRun(turn, text, list(log), recoverable=_share_in(workload.outputs, _text(sent)))
+            usage = getattr(response, "usage", None)
+            record(
+                turn, size, len(sent), started, outcome="ok",
+                prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+                tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+            )  # fmt: skip
+            message = response.choices[0].message
+            calls = list(getattr(message, "tool_calls", None) or [])
+            if not calls:
+                history.append({"role": "assistant", "content": message.content or ""})
+                break
+            history.append(
+                {
+                    "role": "assistant",
+                    "content": message.content or None,
+                    "tool_calls": [
+                        {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                        for c in calls
+                    ],
+                }
+            )
+            for c in calls:
+                result = workload.call(c.function.name, c.function.arguments or "{}")
+                history.append({"role": "tool", "tool_call_id": c.id, "content": result})
+        else:
+            return StrategyRun(turn, f"turn {turn + 1} needed more than {MAX_TOOL_ROUNDS} tool rounds", list(log))
+    return StrategyRun(workload.turns, None, list(log), recoverable=_share_in(workload.outputs, _text(sent)))
+
+
+def _text(messages: list[dict[str, Any]]) -> str:
+    return "\n".join(str(m.get("content") or "") for m in messages)
+
+
+def _contextkit(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_id: str) -> StrategyRun:
+    from contextkit.archive import Archive
+    from contextkit.errors import ContextkitError
+    from contextkit.markers import key_for, marker
+    from contextkit.policy.expand import expand_markers
+    from contextkit.session import Session
+    from contextkit.settings import Limits
+
+    limits: dict[str, Any] = {"context_window": gw.context_window}
+    if strategy != "contextkit-learned-cap" and gw.max_body is not None:
+        limits["max_payload"] = gw.max_body
+    if strategy == "contextkit-no-microcompact":
+        limits.update(microcompact_truncate_turns=10**6, microcompact_summarize_turns=10**6)
+    archive = Archive.in_memory(session_id=run_id)
+    kwargs = sim.litellm_kwargs()
+    session = Session(
+        kwargs.pop("model"), system=SYSTEM_PROMPT, limits=Limits(**limits), archive=archive,
+        tools=workload.session_tools(), session_id=run_id, status=False, on_flush=None, **kwargs,
+    )  # fmt: skip
+    error: str | None = None
+    done = 0
+    try:
+        for turn in range(workload.turns):
+            try:
+                session.send(workload.user_message(turn))
+            except ContextkitError as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                break
+            done = turn + 1
+        events = list(session.events)
+        entries = archive.entries()
+        exact = sum(1 for e in entries if key_for(archive.recall(marker(e.key)).text) == e.key)
+        expanded = expand_markers("\n".join(m.content for m in session.history), archive)
+        stats = session.stats.to_dict()
+        return StrategyRun(
+            turns_completed=done,
+            error=error,
+            events=events,
+            retries=_retries(events),
+            summarizer_cost=float(stats.get("summarizer_cost") or 0.0),
+            archived_items=len(entries),
+            recall_fidelity=exact / len(entries) if entries else None,
+            recoverable=_share_in(workload.outputs, expanded),
+            stats=stats,
+        )
+    finally:
+        archive.close()
+
+
+def _retries(events: list[Event]) -> int:
+    """Requests sent right after a failed request (a retry or a recovery attempt)."""
+    outcomes = [e.outcome for e in events if isinstance(e, RequestEvent) and e.purpose != "summary"]
+    return sum(1 for prev in outcomes[:-1] if prev not in ("ok", "length"))
+
+
+def run_strategy(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_id: str) -> StrategyRun:
+    """Run ``workload`` under ``strategy`` against the running simulator ``sim``."""
+    if strategy in CONTEXTKIT_STRATEGIES:
+        return _contextkit(strategy, workload, gw, sim, run_id)
+    if strategy in BASELINES:
+        return _baseline(strategy, workload, gw, sim, run_id)
+    raise ValueError(f"unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")

@@ -1,0 +1,180 @@
+"""Tool-result budgets (SPEC S4.3, research §4.11) and recovery Level 1 (SPEC S5.1).
+
+Results are grouped by the assistant message that called them. Pass 1 caps each result at
+``per_result`` chars; pass 2 brings every group under ``turn_budget``, largest first. A capped result
+keeps head and tail around a banner and ends with the recall marker of the archived original (the
+source wrote files to disk; we archive). Stub bytes depend only on the content, so the same history
+always yields the same request bytes (prompt cache stays warm).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from contextkit.markers import ArchiveSink, recall_suffix
+from contextkit.messages import Message
+from contextkit.policy._common import (
+    archive_original,
+    cap_end_preserving,
+    describe_origin,
+    fmt_chars,
+    head_at_line,
+    origin_of,
+    split_suffix,
+    tail_at_line,
+    with_suffix,
+)
+from contextkit.policy.pairing import PairingReport, repair_tool_pairing
+
+DEFAULT_TURN_BUDGET = 200_000
+DEFAULT_PER_RESULT = 20_000
+_PASS2_FLOOR = 5_200
+
+
+@dataclass(frozen=True)
+class BudgetReport:
+    truncated: int = 0
+    chars_freed: int = 0
+    archived_keys: tuple[str, ...] = ()
+    turn_budget: int = DEFAULT_TURN_BUDGET
+    per_result: int = DEFAULT_PER_RESULT
+
+    @property
+    def changed(self) -> bool:
+        return self.truncated > 0
+
+    def describe(self) -> str:
+        return (
+            f"tool-result budget: {self.truncated} results capped, {fmt_chars(self.chars_freed)} freed "
+            f"(per result {self.per_result:,} chars, per turn {self.turn_budget:,})"
+        )
+
+
+def budget_preview(original: str, target: int, message: Message, reserved: int = 0) -> str:
+    """Head (4/5, max 4000) + banner + tail (1/5, max 1000) cut at line boundaries, within ``target``
+    chars including the banner and ``reserved`` chars (the recall suffix), so a second run is a no-op."""
+    where = describe_origin(message)
+    what = f"{len(original)} chars" + (f" from {where}" if where else "")
+    banner = f"\n\n... [{len(original)} chars omitted - full output ({what}) archived]\n\n"
+    room = max(0, target - len(banner) - reserved)
+    head = head_at_line(original, min(4000, room * 4 // 5))
+    tail = tail_at_line(original, min(1000, room // 5))
+    if len(original) - len(tail) < len(head):
+        tail = ""
+    omitted = len(original) - len(head) - len(tail)
+    return f"{head}\n\n... [{omitted} chars omitted - full output ({what}) archived]\n\n{tail}"
+
+
+def _eligible(m: Message) -> bool:
+    return m.role == "tool" and not m.preserve_verbatim and not m.is_recall
+
+
+def _groups(history: Sequence[Message]) -> list[list[int]]:
+    groups: list[list[int]] = []
+    current: list[int] | None = None
+    for i, m in enumerate(history):
+        if m.role == "assistant" and m.tool_calls:
+            current = []
+            groups.append(current)
+        elif m.role == "tool" and current is not None:
+            current.append(i)
+        else:
+            current = None
+    return groups
+
+
+def enforce_tool_result_budgets(
+    history: Sequence[Message],
+    *,
+    archive: ArchiveSink,
+    turn_budget: int = DEFAULT_TURN_BUDGET,
+    per_result: int = DEFAULT_PER_RESULT,
+) -> tuple[list[Message], BudgetReport]:
+    """Cap grouped tool results per result and per turn. Zero/negative limits fall back to the defaults."""
+    turn_budget = turn_budget if turn_budget > 0 else DEFAULT_TURN_BUDGET
+    per_result = per_result if per_result > 0 else DEFAULT_PER_RESULT
+    out = list(history)
+    cut: dict[int, tuple[str, ...]] = {}  # index -> keys citing the original
+    new_keys: list[str] = []
+
+    def shorten(i: int, target: int) -> bool:
+        m = history[i]
+        body, _ = split_suffix(m.content)
+        if i not in cut:
+            got = archive_original(archive, m.content, kind="tool_result", origin=origin_of(m, reason="budget"))
+            if got is None:
+                return False
+            cut[i] = got[0]
+            new_keys.extend(got[1])
+        stub = with_suffix(budget_preview(body, target, m, len(recall_suffix(cut[i]))), cut[i])
+        if len(stub) >= len(out[i].content):
+            return False
+        out[i] = m.with_content(stub)
+        return True
+
+    groups = _groups(history)
+    for group in groups:
+        for i in group:
+            if _eligible(history[i]) and len(history[i].content) > per_result:
+                shorten(i, per_result)
+    for group in groups:
+        excess = sum(len(out[i].content) for i in group) - turn_budget
+        for i in sorted((i for i in group if _eligible(history[i])), key=lambda i: -len(out[i].content)):
+            if excess <= 0:
+                break
+            before = len(out[i].content)
+            target = max(before - excess, _PASS2_FLOOR)
+            if target < before and shorten(i, target):
+                excess -= before - len(out[i].content)
+    changed = sorted(i for i in cut if out[i] is not history[i])
+    if not changed:
+        return list(history), BudgetReport(turn_budget=turn_budget, per_result=per_result)
+    freed = sum(len(history[i].content) - len(out[i].content) for i in changed)
+    return out, BudgetReport(len(changed), freed, tuple(dict.fromkeys(new_keys)), turn_budget, per_result)
+
+
+@dataclass(frozen=True)
+class Level1Report:
+    pairing: PairingReport = field(default_factory=PairingReport)
+    budgets: BudgetReport = field(default_factory=BudgetReport)
+    assistants_truncated: int = 0
+    archived_keys: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return self.pairing.changed or self.budgets.changed or self.assistants_truncated > 0
+
+    def describe(self) -> str:
+        return (
+            f"level 1: {self.budgets.truncated} tool results capped, {self.assistants_truncated} assistant "
+            f"messages truncated, {self.pairing.synthetic_injected + self.pairing.orphans_removed} pairing repairs"
+        )
+
+
+def aggressive_level1(
+    history: Sequence[Message],
+    *,
+    archive: ArchiveSink,
+    turn_budget: int,
+    per_result: int,
+    assistant_cap: int = 5000,
+) -> tuple[list[Message], Level1Report]:
+    """Recovery Level 1: repair pairing, enforce the (already halved) budgets, cap long assistant text."""
+    repaired, pairing = repair_tool_pairing(history, archive=archive)
+    budgeted, budgets = enforce_tool_result_budgets(
+        repaired, archive=archive, turn_budget=turn_budget, per_result=per_result
+    )
+    out = list(budgeted)
+    keys = [*pairing.archived_keys, *budgets.archived_keys]
+    truncated = 0
+    for i, m in enumerate(out):
+        if m.role != "assistant" or m.preserve_verbatim:
+            continue
+        capped = cap_end_preserving(m, assistant_cap, archive)
+        if capped is not None:
+            out[i] = capped[0]
+            keys.extend(capped[1])
+            truncated += 1
+    report = Level1Report(pairing, budgets, truncated, tuple(dict.fromkeys(keys)))
+    return (out if report.changed else list(history)), report

@@ -1,0 +1,278 @@
+"""Level 2 as data: plan the segment, build the summarizer input and prompt, gate the answer, apply it.
+
+Pure (no IO, no clock): the compactor does the network call between ``summary_prompt`` and
+``apply_summary`` and archives the segment (SPEC S4.4-S4.6, research §4.10.3).
+
+* ``plan_segment`` splits a history into leading systems | middle (compactable + verbatim) | recent tail,
+  the tail cut snapped so no tool result is separated from its call.
+* ``summarizer_input`` renders the compactable middle for the summarizer, budgeted against its window.
+* ``summary_prompt`` asks for facts only, in fixed sections.
+* ``passes_gate`` rejects empty, error, refusal and too-short answers.
+* ``identifier_retention`` measures which paths/commands/numbers/ids of the segment survive.
+* ``apply_summary`` rebuilds the history around one summary message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from contextkit.markers import ArchiveSink, extract_keys, marker
+from contextkit.messages import Message, ToolCall, render_transcript
+from contextkit.policy.pairing import snap_cut
+
+CHARS_PER_TOKEN = 4
+INPUT_FLOOR_CHARS = 20_000
+MESSAGE_FLOOR_CHARS = 600
+MIN_COMPACTABLE = 4
+CALL_ARGS_CHARS = 300
+INPUT_CUT = "\n... [truncated for summarization] ...\n"
+SEGMENT_LINE = "CONVERSATION SEGMENT TO EXTRACT FROM:"
+SUMMARY_HEADER = "[STRUCTURED SUMMARY - covering {n} earlier messages]\n\n"
+GUIDED_HEADER = '[COMPACTED CONTEXT - {n} messages summarized per user instruction: "{instruction}"]\n\n'
+RECALL_NOTE = "\n\n[full transcript of the summarized segment recoverable via @recall {marker}]"
+DOWNGRADE_PREFIX = "[recalled original - tool result {id}, kept verbatim through compaction]\n"
+
+SECTIONS = (
+    "Files Read",
+    "Files Modified",
+    "Commands Executed",
+    "Key Decisions",
+    "Errors & Resolutions",
+    "Current Task State",
+)
+
+PROMPT_TEMPLATE = """You are a precise technical note-taker. Extract ONLY factual information from the conversation segment below; it will replace that segment in an ongoing session, so the session must be able to continue from your notes alone.
+
+Write these sections, in this order, as markdown headers (omit a section that would be empty):
+## Files Read - path, line count or range, one-line purpose
+## Files Modified - path:lines, what changed and why
+## Commands Executed - exact command -> outcome
+## Key Decisions - decision and its reason
+## Errors & Resolutions - exact first line of the error -> how it was resolved (or "unresolved")
+## Current Task State - Done: ... / Pending: ...
+
+Rules:
+- Use exact file paths, line numbers, commands, identifiers and numbers as they appear.
+- Reference code by file:line; never paste code blocks or XML tags.
+- List a file under both Files Read and Files Modified when both happened.
+- One line per bullet. Add nothing that is not in the conversation. No preamble, no closing remarks."""
+
+_REFUSALS = ("i'm sorry", "i am sorry", "i cannot", "i can't", "as an ai", "sorry", "não posso", "desculpe")
+_ERROR_STARTS = (
+    "error:",
+    "error ",
+    "traceback (most recent call last)",
+    "exception:",
+    "an error occurred",
+    "internal server error",
+    '{"error"',
+    "litellm.",
+)
+_ERROR_LINE_RE = re.compile(r"^[\w.]*(?:error|exception):", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class SegmentPlan:
+    """Where Level 2 cuts: ``history[:system_end]`` | middle | ``history[recent_start:]``.
+
+    ``segment`` is the compactable middle (summarized and archived), ``verbatim`` the
+    preserve_verbatim messages of the middle (re-attached after the summary), in original order.
+    """
+
+    system_end: int
+    recent_start: int
+    head: tuple[Message, ...]
+    segment: tuple[Message, ...]
+    verbatim: tuple[Message, ...]
+    tail: tuple[Message, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.segment)
+
+
+def plan_segment(history: Sequence[Message], *, min_keep_recent: int) -> SegmentPlan | None:
+    """The Level 2 plan, or None when there is nothing worth a summarizer call (< 4 compactable)."""
+    system_end = 0
+    while system_end < len(history) and history[system_end].role == "system":
+        system_end += 1
+    cut = max(len(history) - max(min_keep_recent, 0), system_end)
+    recent_start = snap_cut(history, cut, system_end) if cut < len(history) else cut
+    if recent_start <= system_end:
+        return None
+    middle = history[system_end:recent_start]
+    # a system message in the middle is an instruction, not conversation: keep it like a verbatim one
+    verbatim = tuple(m for m in middle if m.preserve_verbatim or m.role == "system")
+    segment = tuple(m for m in middle if not (m.preserve_verbatim or m.role == "system"))
+    if len(segment) < MIN_COMPACTABLE:
+        return None
+    return SegmentPlan(
+        system_end=system_end,
+        recent_start=recent_start,
+        head=tuple(history[:system_end]),
+        segment=segment,
+        verbatim=verbatim,
+        tail=tuple(history[recent_start:]),
+    )
+
+
+def input_budget(window_tokens: int | None) -> int:
+    """Characters of segment the summarizer may see: half its window, less the prompt, floor 20,000."""
+    if not window_tokens or window_tokens <= 0:
+        return INPUT_FLOOR_CHARS
+    budget = int(window_tokens * 0.5 * CHARS_PER_TOKEN) - len(PROMPT_TEMPLATE) - 2000
+    return max(budget, INPUT_FLOOR_CHARS)
+
+
+def _restored(content: str, archive: ArchiveSink | None, allowance: int) -> str:
+    """A stub's archived original when it is longer than the stub and fits the allowance."""
+    if archive is None:
+        return content
+    for key in extract_keys(content):
+        original = archive.get(key)
+        if original is not None and len(content) < len(original) <= allowance:
+            return original
+    return content
+
+
+def _fit(content: str, allowance: int) -> str:
+    if len(content) <= allowance:
+        return content
+    head = int(allowance * 0.75)
+    tail = max(allowance - head - len(INPUT_CUT), 0)
+    return content[:head] + INPUT_CUT + (content[-tail:] if tail else "")
+
+
+def _call_text(call: ToolCall) -> str:
+    args = call.arguments if len(call.arguments) <= CALL_ARGS_CHARS else call.arguments[:CALL_ARGS_CHARS] + "..."
+    return f"{call.name}({args})" if args and args != "{}" else call.name
+
+
+def summarizer_input(plan: SegmentPlan, *, archive: ArchiveSink | None, window_tokens: int | None) -> str:
+    """The segment rendered ``[role]: content`` with a fair share of the input budget per message."""
+    allowance = max(input_budget(window_tokens) // max(plan.count, 1), MESSAGE_FLOOR_CHARS)
+    parts = []
+    for m in plan.segment:
+        content = _fit(_restored(m.content, archive, allowance), allowance)
+        if m.tool_calls:
+            # name + (capped) arguments, so the summary can list the exact commands that were run
+            content += "\n[tool_calls: " + ", ".join(_call_text(c) for c in m.tool_calls) + "]"
+        parts.append(f"[{m.role}]: {content}\n\n")
+    return "".join(parts)
+
+
+def summary_prompt(segment: str, instruction: str | None = None) -> str:
+    """The prompt sent as one user message; ``instruction`` (manual compaction) is passed through."""
+    guided = ""
+    if instruction and instruction.strip():
+        guided = (
+            "\n\nUSER INSTRUCTION (follow it when choosing what to keep): "
+            + instruction.strip()
+            + "\nKeep the sections above; put what the instruction asks for first."
+        )
+    return f"{PROMPT_TEMPLATE}{guided}\n\n{SEGMENT_LINE}\n\n{segment}"
+
+
+def passes_gate(text: str | None, segment_chars: int) -> tuple[bool, str]:
+    """(ok, reason): empty, error text, refusal or shorter than min(segment/40, 80) is rejected."""
+    body = (text or "").strip()
+    if not body:
+        return False, "empty summary"
+    start = body[:160].lower().replace("\u2019", "'")
+    for prefix in _REFUSALS:
+        if start.startswith(prefix):
+            return False, f"refusal ({body[:40]!r})"
+    if start.startswith(_ERROR_STARTS) or _ERROR_LINE_RE.match(start):
+        return False, f"error text instead of a summary ({body.splitlines()[0][:60]!r})"
+    floor = min(max(segment_chars, 0) // 40, 80)
+    if len(body) < floor:
+        return False, f"too short ({len(body)} chars < {floor})"
+    return True, "ok"
+
+
+_PATH_RE = re.compile(
+    r"(?<![\w/.<:-])(?:~?/?[\w.@-]+/)+[\w.@-]+|\b[\w-]+\.(?:py|pyi|js|ts|tsx|jsx|go|rs|md|json|toml|ya?ml|txt|cfg|ini|sh|c|h|cc|cpp|hpp|java|kt|rb|php|html|css|sql|lock|csv|ipynb)\b"
+)
+_NUMBER_RE = re.compile(r"(?<![\w.])\d{3,}(?![\w])")
+_HEX_RE = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,64}\b")
+_COMMAND_RE = re.compile(r"(?m)^\s*\$\s+(\S[^\n]{0,120})$")
+_CALL_RE = re.compile(r"\[tool_calls: ([^\]\n]+)\]")
+_MARKER_TEXT_RE = re.compile(r"<<ccr:[0-9a-f]{16}>>")
+
+
+def identifiers(text: str) -> set[str]:
+    """Paths, shell commands, tool names, numbers of 3+ digits and hex ids in ``text``.
+
+    CCR markers are plumbing, not conversation: their keys are not counted.
+    """
+    text = _MARKER_TEXT_RE.sub(" ", text)
+    found: set[str] = set()
+    found.update(p.rstrip(".,:;)") for p in _PATH_RE.findall(text))
+    found.update(c.strip() for c in _COMMAND_RE.findall(text))
+    for calls in _CALL_RE.findall(text):
+        found.update(name.split("(", 1)[0].strip() for name in calls.split(", ") if name.strip())
+    found.update(_NUMBER_RE.findall(text))
+    found.update(_HEX_RE.findall(text))
+    found.discard("")
+    return found
+
+
+def identifier_retention(segment: str, summary: str) -> float | None:
+    """Share of the segment's identifiers that appear verbatim in the summary; None when it has none."""
+    wanted = identifiers(segment)
+    if not wanted:
+        return None
+    kept = sum(1 for ident in wanted if ident in summary)
+    return kept / len(wanted)
+
+
+def downgrade_verbatim(message: Message) -> Message:
+    """A verbatim message re-attached after a summary loses its pairing partner: make it standalone.
+
+    A tool result becomes a user message (prefixed with its call id); an assistant's own tool calls
+    are written into its content, because their results were summarized (research §4.10.7).
+    """
+    if message.role == "tool" or message.tool_call_id:
+        prefix = DOWNGRADE_PREFIX.format(id=message.tool_call_id) if message.tool_call_id else ""
+        return message.evolve(role="user", content=prefix + message.content, tool_call_id=None, name=None)
+    if message.tool_calls:
+        calls = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
+        return message.evolve(content=message.content + f"\n[tool_calls: {calls}]", tool_calls=())
+    return message
+
+
+def summary_message(
+    plan: SegmentPlan, summary_text: str, *, segment_key: str | None, instruction: str | None = None
+) -> Message:
+    if instruction and instruction.strip():
+        header = GUIDED_HEADER.format(n=plan.count, instruction=instruction.strip().replace('"', "'")[:200])
+    else:
+        header = SUMMARY_HEADER.format(n=plan.count)
+    note = RECALL_NOTE.format(marker=marker(segment_key)) if segment_key else ""
+    return Message.user(header + summary_text.strip() + note, is_summary=True, summary_of=plan.count)
+
+
+def apply_summary(
+    history: Sequence[Message],
+    plan: SegmentPlan,
+    summary_text: str,
+    *,
+    segment_key: str | None,
+    instruction: str | None = None,
+) -> list[Message]:
+    """Leading systems + the summary + verbatim messages (downgraded) + the recent tail."""
+    if len(history) != plan.recent_start + len(plan.tail) or tuple(history[: plan.system_end]) != plan.head:
+        raise ValueError("apply_summary: the plan was made for a different history; call plan_segment again")
+    return [
+        *plan.head,
+        summary_message(plan, summary_text, segment_key=segment_key, instruction=instruction),
+        *(downgrade_verbatim(m) for m in plan.verbatim),
+        *plan.tail,
+    ]
+
+
+def segment_transcript(plan: SegmentPlan) -> str:
+    """What gets archived: the full, untruncated compactable middle."""
+    return render_transcript(plan.segment)

@@ -1,0 +1,130 @@
+"""Level 3 truncation (SPEC S4.7, S4.9, S5.1; research §4.3 ladder version, §4.10.4, §4.10.7).
+
+Keeps every system message (moved to the front), the last ``keep`` non-system messages (snapped so
+the kept tail starts with a user message, which also keeps tool results with their calls) and every
+preserve_verbatim message (re-attached after the notice, downgraded to a user message when it was a
+tool result whose call is gone). The dropped messages are archived as one transcript before anything
+is removed; the notice cites it. ``per_message_cap`` (nuclear: 4000) then cuts long non-system,
+non-verbatim messages end-preserving, each original archived first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from contextkit.markers import ArchiveSink, marker, recall_suffix
+from contextkit.messages import Message, render_transcript
+from contextkit.policy._common import cap_end_preserving
+from contextkit.policy.pairing import PairingReport, repair_tool_pairing
+
+RECOVERY_NOTICE = (
+    "[Context was automatically compacted due to size limits. Previous conversation history has been "
+    "summarized. Continue from where you left off.]"
+)
+
+
+def truncation_notice(dropped: int, key: str) -> str:
+    return (
+        f"[CONTEXT TRUNCATED: {dropped} messages removed due to context window limit. Recent context preserved "
+        f"below. Full transcript recoverable via @recall {marker(key)}.]"
+    )
+
+
+def downgrade_verbatim(message: Message) -> Message:
+    """A verbatim tool result whose call was dropped becomes a user message (else pairing would delete it)."""
+    if message.role != "tool" and not message.tool_call_id:
+        return message
+    prefix = (
+        f"[recalled original - tool result {message.tool_call_id}, kept verbatim through compaction]\n"
+        if message.tool_call_id
+        else ""
+    )
+    return Message(
+        "user",
+        prefix + message.content,
+        images=message.images,
+        preserve_verbatim=True,
+        origin=message.origin,
+        is_recall=message.is_recall,
+    )
+
+
+@dataclass(frozen=True)
+class TruncateReport:
+    dropped: int = 0
+    kept: int = 0
+    verbatim_kept: int = 0
+    capped: int = 0
+    segment_key: str | None = None
+    archived_keys: tuple[str, ...] = ()
+    pairing: PairingReport = field(default_factory=PairingReport)
+    moved_systems: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.dropped or self.capped or self.pairing.changed or self.moved_systems)
+
+    def describe(self) -> str:
+        where = f" (archived as {marker(self.segment_key)})" if self.segment_key else ""
+        text = f"truncate: {self.dropped} messages dropped{where}, {self.kept} kept"
+        if self.verbatim_kept:
+            text += f", {self.verbatim_kept} verbatim re-attached"
+        if self.capped:
+            text += f", {self.capped} capped"
+        return text
+
+
+def emergency_truncate(
+    history: Sequence[Message],
+    *,
+    keep: int,
+    archive: ArchiveSink,
+    per_message_cap: int | None = None,
+) -> tuple[list[Message], TruncateReport]:
+    systems = [m for m in history if m.role == "system"]
+    rest = [m for m in history if m.role != "system"]
+    start = max(0, len(rest) - max(0, keep))
+    while start < len(rest) and rest[start].role != "user":
+        start += 1
+    dropped, kept = rest[:start], rest[start:]
+    removed = [m for m in dropped if not m.preserve_verbatim]
+    verbatim = [m for m in dropped if m.preserve_verbatim]
+    keys: list[str] = []
+    segment_key: str | None = None
+    if removed:
+        segment_key = archive.put(
+            render_transcript(removed), kind="segment", origin={"reason": "truncate"}, allow_markers=True
+        )
+        if segment_key is None:  # never drop what could not be archived
+            return list(history), TruncateReport(kept=len(rest))
+        keys.append(segment_key)
+        text = truncation_notice(len(removed), segment_key) if kept else RECOVERY_NOTICE + recall_suffix([segment_key])
+        notice = Message.user(text, is_summary=True, summary_of=len(removed))
+        out = [*systems, notice, *(downgrade_verbatim(m) for m in verbatim), *kept]
+    else:
+        out = [*systems, *rest]
+    moved = not removed and list(history) != out
+    out, pairing = repair_tool_pairing(out, archive=archive)
+    keys.extend(pairing.archived_keys)
+    capped = 0
+    if per_message_cap is not None:
+        for i, m in enumerate(out):
+            if m.role == "system" or m.preserve_verbatim:
+                continue
+            done = cap_end_preserving(m, per_message_cap, archive)
+            if done is not None:
+                out[i] = done[0]
+                keys.extend(done[1])
+                capped += 1
+    report = TruncateReport(
+        dropped=len(removed),
+        kept=len(kept),
+        verbatim_kept=len(verbatim) if removed else 0,
+        capped=capped,
+        segment_key=segment_key,
+        archived_keys=tuple(dict.fromkeys(keys)),
+        pairing=pairing,
+        moved_systems=moved,
+    )
+    return (out if report.changed else list(history)), report

@@ -1,0 +1,99 @@
+"""Prefix-cache probe (S10.2): how much of each request body repeats the previous one byte for byte.
+
+Provider prompt caches reuse the longest shared *prefix* of consecutive requests, so an
+append-only history keeps 100% of the previous body (up to the closing ``]}``) while a compaction
+that rewrites an early message throws the cache away. ``shared_prefix`` measures the shared
+prefix of two bodies; ``PrefixProbe`` keeps the previous body and reports, per request, the shared
+bytes and their share of the previous request (the figures of ``RequestEvent.prefix_shared_bytes``
+and ``RequestEvent.prefix_share``).
+
+Pure and stdlib only. Bodies of several MB are compared with C-level slice comparisons (chunked
+scan, then a binary search inside the first differing chunk), never a Python loop over bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["PrefixProbe", "PrefixSample", "shared_prefix"]
+
+_CHUNK = 1 << 16  # 64 KiB: big enough that the scan is memcmp-bound, small enough to bound the search
+
+
+def _as_bytes(body: bytes | bytearray | memoryview | str, what: str) -> bytes | bytearray | memoryview:
+    if isinstance(body, str):
+        # the wire form: litellm/httpx send the JSON body as UTF-8
+        return body.encode("utf-8", "surrogatepass")
+    if isinstance(body, bytes | bytearray | memoryview):
+        return body
+    raise TypeError(f"{what} must be bytes or str (the request body), got {type(body).__name__}")
+
+
+def shared_prefix(prev_body: bytes | str, body: bytes | str) -> int:
+    """Length in bytes of the longest common prefix of two request bodies.
+
+    ``str`` bodies are measured as their UTF-8 encoding (the bytes actually sent), so the result
+    may end inside a multi-byte character; that is what a byte-level cache sees too.
+    """
+    a = memoryview(_as_bytes(prev_body, "prev_body")).cast("B")
+    b = memoryview(_as_bytes(body, "body")).cast("B")
+    limit = min(len(a), len(b))
+    # chunked scan: each comparison is one memcmp in C
+    start = 0
+    while start < limit:
+        end = min(start + _CHUNK, limit)
+        if a[start:end] != b[start:end]:
+            break
+        start = end
+    else:
+        return limit
+    # binary search inside the differing chunk: invariant a[:lo] == b[:lo], a[:hi] != b[:hi]
+    lo, hi = start, min(start + _CHUNK, limit)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixSample:
+    """One probe reading: ``share`` is ``shared_bytes / previous_bytes``, ``None`` when there is no
+    previous request (or it was empty)."""
+
+    shared_bytes: int
+    share: float | None
+    body_bytes: int
+    previous_bytes: int | None
+
+
+class PrefixProbe:
+    """Feed every request body in order; each call returns the shared prefix with the previous one.
+
+    Keeps only the previous body. Not thread-safe by design: one probe per session, fed from the
+    session's request path. ``reset()`` forgets the previous body (e.g. after loading a session).
+    """
+
+    def __init__(self) -> None:
+        self._previous: bytes | None = None
+
+    def feed(self, body: bytes | str) -> PrefixSample:
+        data = bytes(_as_bytes(body, "body"))
+        previous = self._previous
+        self._previous = data
+        if previous is None:
+            return PrefixSample(shared_bytes=0, share=None, body_bytes=len(data), previous_bytes=None)
+        shared = shared_prefix(previous, data)
+        share = shared / len(previous) if previous else None
+        return PrefixSample(shared_bytes=shared, share=share, body_bytes=len(data), previous_bytes=len(previous))
+
+    __call__ = feed
+
+    def reset(self) -> None:
+        self._previous = None
+
+    @property
+    def previous_bytes(self) -> int | None:
+        return None if self._previous is None else len(self._previous)

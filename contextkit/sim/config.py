@@ -1,0 +1,79 @@
+"""Simulator settings and the request record (plain values, no IO)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from contextkit.errors import ConfigError
+from contextkit.sim import faults
+from contextkit.sim.model import AgentScript
+from contextkit.sizing import parse_size
+
+SUMMARY_MODES = ("extract", "refuse", "short", "error_text", "fail", "timeout")
+FAULT_KINDS = (
+    "overflow", "413", "413-html", "waf403", "bedrock403", "drop", "429", "500",
+    "timeout", "auth401", "auth403", "stream_drop", "stream_error", "length",
+)  # fmt: skip
+STREAM_FAULTS = ("stream_drop", "stream_error")
+SIM_MODEL = "sim-model"
+REFUSAL = "I'm sorry, but I can't help with summarizing this conversation."
+SHORT_SUMMARY = "## Summary\n- ok"
+ERROR_TEXT = "Error: the summarization backend failed with an internal error. Please try again later."
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request as the simulator saw it. ``bytes`` is the exact body length received."""
+
+    seq: int
+    route: str
+    path: str
+    bytes: int
+    tokens: int
+    status: int
+    accepted: bool
+    reason: str
+    stream: bool
+    kind: str
+    body_sha256: str
+    model: str
+    ts: float
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    context_window: int | None = None
+    overflow_style: str = "openai"
+    max_body: int | None = None
+    reject_with: str = "413"
+    max_output_tokens: int | None = None
+    latency: float = 0.0
+    summary_mode: str = "extract"
+    timeout_sleep: float = 5.0
+    agent: AgentScript | None = None
+
+    def checked(self) -> SimConfig:
+        """Validated and normalised copy (size strings become bytes)."""
+        if self.overflow_style not in faults.OVERFLOW_STYLES:
+            raise ConfigError(
+                f"overflow_style {self.overflow_style!r} is unknown; use one of {', '.join(faults.OVERFLOW_STYLES)}"
+            )
+        if self.reject_with not in faults.REJECT_MODES:
+            raise ConfigError(
+                f"reject_with {self.reject_with!r} is unknown; use one of {', '.join(faults.REJECT_MODES)}"
+            )
+        if self.summary_mode not in SUMMARY_MODES:
+            raise ConfigError(f"summary_mode {self.summary_mode!r} is unknown; use one of {', '.join(SUMMARY_MODES)}")
+        for name in ("context_window", "max_output_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ConfigError(f"{name} must be a positive int (tokens) or None, got {value!r}")
+        if self.latency < 0 or self.timeout_sleep < 0:
+            raise ConfigError("latency and timeout_sleep must be >= 0 seconds")
+        if self.agent is not None and not isinstance(self.agent, AgentScript):
+            raise ConfigError(f"agent must be an AgentScript or None, got {type(self.agent).__name__}")
+        cap = None if self.max_body is None else parse_size(self.max_body, what="max_body")
+        return replace(self, max_body=cap)
+
+
+CONFIG_KEYS = tuple(f.name for f in fields(SimConfig))

@@ -1,0 +1,163 @@
+"""Error responses copied from real providers, gateways and firewalls.
+
+The envelope follows the route (OpenAI error object on ``/v1/chat/completions``, Anthropic
+``{"type": "error", ...}`` on ``/v1/messages``); the wording follows the provider being imitated.
+"""
+
+from __future__ import annotations
+
+from contextkit.sim.wire import ANTHROPIC, Response, json_response
+
+# provider -> (wording template, OpenAI-envelope code, error type); {w} = window, {t} = tokens
+OVERFLOW_STYLES: dict[str, tuple[str, str | None, str]] = {
+    "openai": (
+        "This model's maximum context length is {w} tokens. However, your messages resulted in {t} tokens. "
+        "Please reduce the length of the messages.",
+        "context_length_exceeded",
+        "invalid_request_error",
+    ),
+    "openai-responses": (
+        "Your input exceeds the context window of this model. Please adjust your input and try again.",
+        "context_length_exceeded",
+        "invalid_request_error",
+    ),
+    "azure": (
+        "This model's maximum context length is {w} tokens. However, you requested {t} tokens "
+        "({t} in the messages, 0 in the completion). Please reduce the length of the messages or completion.",
+        "context_length_exceeded",
+        "invalid_request_error",
+    ),
+    "anthropic": ("prompt is too long: {t} tokens > {w} maximum", None, "invalid_request_error"),
+    "gemini": (
+        "The input token count ({t}) exceeds the maximum number of tokens allowed ({w}).",
+        None,
+        "INVALID_ARGUMENT",
+    ),
+    "bedrock": ("Input is too long for requested model.", None, "ValidationException"),
+    "mistral": (
+        "Prompt contains {t} tokens, too large for model with {w} maximum context length",
+        None,
+        "invalid_request_message_error",
+    ),
+    "xai": (
+        "This model's maximum prompt length is {w} but the request contains {t} tokens.",
+        None,
+        "invalid_request_error",
+    ),
+    "groq": (
+        "Please reduce the length of the messages or completion.",
+        "context_length_exceeded",
+        "invalid_request_error",
+    ),
+    "openrouter": (
+        "This endpoint's maximum context length is {w} tokens. However, you requested about {t} tokens "
+        '({t} of text input). Please reduce the length of either one, or use the "middle-out" transform '
+        "to compress your prompt automatically.",
+        None,
+        "invalid_request_error",
+    ),
+    "deepseek": (
+        "This model's maximum context length is {w} tokens. However, you requested {t} tokens "
+        "({t} in the messages, 0 in the completion). Please reduce the length of the messages or completion.",
+        "invalid_request_error",
+        "invalid_request_error",
+    ),
+    "cohere": (
+        "too many tokens: total number of tokens in the prompt cannot exceed {w} - received {t}. "
+        "Try using a shorter prompt, or enabling prompt truncating.",
+        None,
+        "invalid_request_error",
+    ),
+}
+
+REJECT_MODES = ("413", "413-html", "waf403", "bedrock403", "drop")
+CF_RAY = "8f1e2d3c4b5a6978-FRA"
+
+NGINX_413 = (
+    "<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n"
+    "<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+)
+CLOUDFLARE_403 = (
+    '<!DOCTYPE html>\n<html lang="en-US">\n<head><title>Attention Required! | Cloudflare</title></head>\n'
+    '<body>\n<div id="cf-wrapper">\n<h1>Sorry, you have been blocked</h1>\n'
+    "<h2>You are unable to access api.example.com</h2>\n"
+    "<p>This website is using a security service to protect itself from online attacks. The action you just "
+    "performed triggered the security solution. There are several actions that could trigger this block "
+    "including submitting a certain word or phrase, a SQL command or malformed data.</p>\n"
+    f'<p>Cloudflare Ray ID: <strong class="font-semibold">{CF_RAY.split("-")[0]}</strong></p>\n'
+    "<p>Performance &amp; security by Cloudflare</p>\n</div>\n</body>\n</html>\n"
+)
+BEDROCK_403 = "<html><head><title>Access Denied</title></head><body>Request blocked by security policy</body></html>"
+
+
+def _error(route: str, status: int, message: str, etype: str, code: str | None = None, **headers: str) -> Response:
+    hdrs = tuple((k.replace("_", "-"), v) for k, v in headers.items())
+    if route == ANTHROPIC:
+        return json_response(status, {"type": "error", "error": {"type": etype, "message": message}}, hdrs)
+    return json_response(status, {"error": {"message": message, "type": etype, "param": None, "code": code}}, hdrs)
+
+
+def overflow(route: str, style: str, tokens: int, window: int) -> Response:
+    template, code, etype = OVERFLOW_STYLES[style]
+    message = template.format(w=window, t=tokens)
+    if route == ANTHROPIC:
+        etype = "invalid_request_error"
+    return _error(route, 400, message, etype, code)
+
+
+def gateway_reject(route: str, mode: str, size: int, cap: int | None) -> Response:
+    """How a proxy in front of the provider refuses a request body."""
+    if mode == "drop":
+        return Response(drop=True)
+    if mode == "413-html":
+        return Response(413, NGINX_413.encode(), "text/html", (("Server", "nginx"),))
+    if mode == "waf403":
+        headers = (("Server", "cloudflare"), ("cf-ray", CF_RAY), ("cf-mitigated", "challenge"))
+        return Response(403, CLOUDFLARE_403.encode(), "text/html; charset=UTF-8", headers)
+    if mode == "bedrock403":
+        return Response(403, BEDROCK_403.encode(), "text/html")
+    limit = f" exceeds the limit of {cap} bytes" if cap else " exceeds the gateway limit"
+    if route == ANTHROPIC:
+        return _error(
+            route, 413, f"Request exceeds the maximum allowed number of bytes: {size}{limit}.", "request_too_large"
+        )
+    return _error(
+        route, 413, f"Request Entity Too Large: body of {size} bytes{limit}.", "request_too_large", "payload_too_large"
+    )
+
+
+def simple_fault(route: str, kind: str) -> Response:
+    """429, 500 and the auth faults."""
+    if kind == "429":
+        message = "Rate limit reached for requests per min (RPM): Limit 3, Used 3, Requested 1. Please try again in 1s."
+        etype = "rate_limit_error" if route == ANTHROPIC else "requests"
+        return _error(route, 429, message, etype, "rate_limit_exceeded", Retry_After="0")
+    if kind == "500":
+        etype = "api_error" if route == ANTHROPIC else "server_error"
+        return _error(route, 500, "The server had an error while processing your request. Sorry about that!", etype)
+    if kind == "auth401":
+        if route == ANTHROPIC:
+            return _error(route, 401, "invalid x-api-key", "authentication_error")
+        message = "Incorrect API key provided: sim-key. You can find your API key at https://platform.openai.com/account/api-keys."
+        return _error(route, 401, message, "invalid_request_error", "invalid_api_key")
+    if kind == "auth403":
+        etype = "permission_error" if route == ANTHROPIC else "invalid_request_error"
+        return _error(
+            route, 403, "Invalid API key: this key is not allowed to access the model.", etype, "invalid_api_key"
+        )
+    raise ValueError(f"unknown simple fault {kind!r}")
+
+
+def server_error(route: str, message: str) -> Response:
+    etype = "api_error" if route == ANTHROPIC else "server_error"
+    return _error(route, 500, message, etype)
+
+
+def not_found(route: str, path: str) -> Response:
+    return _error(
+        route, 404, f"Unknown path {path}; use POST /v1/chat/completions or POST /v1/messages", "not_found_error"
+    )
+
+
+def bad_request(route: str, message: str) -> Response:
+    return _error(route, 400, message, "invalid_request_error")

@@ -1,0 +1,98 @@
+"""Per-session mutable state and counters. Owned by one Session; never shared or process-wide."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from contextkit.messages import Message
+from contextkit.settings import Limits
+
+PAYLOAD_NOTICE_MARKER = "[SYSTEM NOTICE - PAYLOAD LIMIT HIT]"
+PAYLOAD_NOTICE = (
+    PAYLOAD_NOTICE_MARKER + " A proxy/gateway rejected the previous request because of its body size. The history "
+    "was compacted to recover. Going forward: (1) when reading files, prefer targeted reads with line ranges instead "
+    "of whole files; (2) prefer grep with specific patterns over full-file reads; (3) if you read a large file before, "
+    "recall the archived original with @recall <<ccr:KEY>> or re-read specific ranges instead of repeating the read; "
+    "(4) summarize findings incrementally instead of accumulating raw tool output."
+)
+CONTINUATION = (
+    "Your response was cut off at the token limit. Resume DIRECTLY from where you stopped - do not repeat any content."
+)
+
+
+@dataclass
+class SessionStats:
+    """Counters persisted with the session (S4.15, S6)."""
+
+    requests: int = 0
+    failures_by_kind: dict[str, int] = field(default_factory=dict)
+    recoveries_by_level: dict[str, int] = field(default_factory=dict)
+    compactions: int = 0
+    level3_falls: int = 0
+    summary_calls: int = 0
+    summarizer_prompt_tokens: int = 0
+    summarizer_completion_tokens: int = 0
+    summarizer_cost: float = 0.0
+    bytes_sent: int = 0
+    tokens_sent: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    retries: int = 0
+    escalations: int = 0
+    tool_calls: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionStats:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def count_failure(self, kind: str) -> None:
+        self.failures_by_kind[kind] = self.failures_by_kind.get(kind, 0) + 1
+
+    def count_recovery(self, level: int) -> None:
+        key = str(level)
+        self.recoveries_by_level[key] = self.recoveries_by_level.get(key, 0) + 1
+
+
+@dataclass
+class SessionState:
+    """Everything the turn flow reads and changes. Session-local by construction."""
+
+    model: str
+    session_id: str
+    limits: Limits
+    context_window: int
+    history: list[Message] = field(default_factory=list)
+    cap: int | None = None
+    cap_source: str | None = None
+    turn_budget: int = 200_000
+    per_result_budget: int = 20_000
+    size_warned: bool = False
+    stats: SessionStats = field(default_factory=SessionStats)
+    max_tokens: int | None = None
+
+    @classmethod
+    def create(cls, model: str, session_id: str, limits: Limits, context_window: int) -> SessionState:
+        cap = limits.payload_cap
+        return cls(
+            model=model,
+            session_id=session_id,
+            limits=limits,
+            context_window=context_window,
+            cap=cap,
+            cap_source="configured" if cap else None,
+            turn_budget=limits.tool_result_turn_budget,
+            per_result_budget=limits.tool_result_max_chars,
+        )
+
+    @property
+    def turn(self) -> int:
+        return sum(1 for m in self.history if m.role == "assistant")
+
+    def has_payload_notice(self) -> bool:
+        return any(PAYLOAD_NOTICE_MARKER in m.content for m in self.history)

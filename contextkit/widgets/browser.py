@@ -1,0 +1,253 @@
+"""``ArchiveBrowser``: what the recall archive holds and where it is referenced (S8.3).
+
+Entries (key, kind, origin, size, turn) come from ``archive.entries()`` once, then from the
+session's ``ArchiveEvent``s (no re-reading per event). The search box runs
+``archive.recall_context_result(query)`` — the same bounded pack the model would get — and
+narrows the list to its items. Selecting an entry shows its original content (``archive.get``)
+and the history message whose stub carries its ``<<ccr:KEY>>`` marker, refreshed on every
+``HistoryEvent``.
+
+Pass a Session (live) or an Archive alone (static; call ``refresh()`` after changing it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import ipywidgets as W
+import traitlets as T
+
+from contextkit.errors import UsageError
+from contextkit.events import ArchiveEvent, Event, EventLog, HistoryEvent
+from contextkit.markers import marker
+from contextkit.sizing import format_size
+from contextkit.widgets._view import EventFeed, call_quietly, close_view
+from contextkit.widgets.html import ENTRY_COLUMNS, entry_row, esc, table_html
+
+_MONO = "<style>.ck-archive-list select{font-family:monospace;font-size:12px}</style>"
+
+
+def stub_locations(history: Sequence[Any], key: str) -> list[int]:
+    """Indices of history messages whose content carries ``<<ccr:KEY>>``."""
+    needle = marker(key)
+    return [i for i, m in enumerate(history) if needle in (getattr(m, "content", "") or "")]
+
+
+def _label(row: dict[str, Any]) -> str:
+    origin = row["origin"] if len(row["origin"]) <= 28 else row["origin"][:27] + "…"
+    return f"{row['key']}  {row['kind'][:12]:<12}  {origin:<28}  {row['size']:>9}  t{row['turn']}"
+
+
+def _item_key(item: Any) -> str | None:
+    if isinstance(item, str):
+        return item
+    key = item.get("key") if isinstance(item, dict) else getattr(item, "key", None)
+    return str(key) if key else None
+
+
+class ArchiveBrowser(W.VBox):
+    """Entries table, recall search, original content and stub location of the selected entry."""
+
+    entries: T.List[dict[str, Any]] = T.List(help="entry rows (key, kind, origin, size, bytes, turn), oldest first")
+    visible_keys: T.List[str] = T.List(help="keys listed right now (all, or the search results)")
+    selected_key = T.Unicode(None, allow_none=True)
+    stub_indices: T.List[int] = T.List(help="history indices whose content carries the selected entry's marker")
+    query = T.Unicode("")
+
+    def __init__(self, session_or_archive: Any, *, max_items: int = 8, max_tokens: int = 1500, **kwargs: Any):
+        source = session_or_archive
+        events = getattr(source, "events", None)
+        if isinstance(events, EventLog):
+            self._session: Any = source
+            self.archive: Any = getattr(source, "archive", None)
+        elif callable(getattr(source, "entries", None)) and callable(getattr(source, "get", None)):
+            self._session, self.archive, events = None, source, None
+        else:
+            raise UsageError(
+                f"ArchiveBrowser needs a contextkit Session or Archive; got {type(source).__name__}. "
+                "Pass session (live view) or contextkit.archive.Archive (static view)."
+            )
+        self.max_items, self.max_tokens = max_items, max_tokens
+        self.header = W.HTML()
+        self.entry_list = W.Select(options=[], value=None, rows=8, layout=W.Layout(width="100%"))
+        self.entry_list.add_class("ck-archive-list")
+        self.search = W.Text(
+            placeholder="search the archive (recall_context)", continuous_update=False, layout=W.Layout(width="70%")
+        )
+        self.clear_button = W.Button(description="show all", layout=W.Layout(width="90px"))
+        self.results = W.HTML()
+        self.table = W.HTML()
+        self.content = W.Textarea(value="", disabled=True, layout=W.Layout(width="100%", height="160px"))
+        self.stub = W.HTML()
+        super().__init__(
+            children=[
+                self.header,
+                W.HBox([self.search, self.clear_button]),
+                self.results,
+                self.table,
+                self.entry_list,
+                self.stub,
+                self.content,
+            ],
+            **kwargs,
+        )
+        self.add_class("ck-archive")
+        self._rows: dict[str, dict[str, Any]] = {}
+        self._found: list[str] | None = None  # keys of the last search, None when not searching
+        self._feed = EventFeed(events if events is not None else EventLog(), self._apply)
+        with self._feed.lock:
+            self._load()
+            if events is not None:
+                self._feed.start()
+            self._render()
+        self.entry_list.observe(self._on_select, names="value")
+        self.search.observe(self._on_search, names="value")
+        self.clear_button.on_click(lambda _: self.clear_search())
+
+    @property
+    def last_error(self) -> str | None:
+        return self._feed.last_error
+
+    def close(self) -> None:
+        close_view(self)
+        super().close()
+
+    # -- actions (also called by tests) ------------------------------------------------------------
+    def refresh(self) -> None:
+        """Re-read ``archive.entries()`` (needed only for an Archive without a session)."""
+        with self._feed.lock:
+            self._load()
+            self._render()
+
+    def select(self, key: str | None) -> None:
+        with self._feed.lock:
+            self.selected_key = key
+            self._show_selected()
+            if self.entry_list.value != key and (key is None or key in self.visible_keys):
+                self.entry_list.value = key
+
+    def search_for(self, query: str) -> None:
+        """Run ``recall_context_result(query)`` and list only its items."""
+        with self._feed.lock:
+            self.query = query.strip()
+            if self.search.value != query:
+                self.search.value = query  # the observer calls back here; the lock is re-entrant
+            self._run_search()
+            self._render()
+
+    def clear_search(self) -> None:
+        self.search_for("")
+
+    # -- events ------------------------------------------------------------------------------------
+    def _apply(self, event: Event) -> None:
+        if isinstance(event, ArchiveEvent) and event.action == "put" and event.key:
+            if event.key not in self._rows:
+                self._rows[event.key] = entry_row(
+                    {
+                        "key": event.key,
+                        "kind": event.kind,
+                        "origin": event.origin,
+                        "bytes": event.bytes,
+                        "turn": event.turn,
+                    }
+                )
+                self._render()
+        elif isinstance(event, HistoryEvent) and self.selected_key:
+            self._show_stub()
+
+    def _on_select(self, change: dict[str, Any]) -> None:
+        if change["new"] != self.selected_key:
+            self.select(change["new"])
+
+    def _on_search(self, change: dict[str, Any]) -> None:
+        if str(change["new"]).strip() != self.query:
+            self.search_for(str(change["new"]))
+
+    # -- state -------------------------------------------------------------------------------------
+    def _load(self) -> None:
+        if self.archive is None:
+            return
+        entries = call_quietly(self.archive.entries, [])
+        for e in entries:
+            row = entry_row(e)
+            if row["key"]:
+                self._rows[row["key"]] = row
+
+    def _run_search(self) -> None:
+        self._found = None
+        if not self.query or self.archive is None:
+            self.results.value = ""
+            return
+        try:
+            pack = self.archive.recall_context_result(self.query, self.max_items, self.max_tokens)
+        except Exception as exc:  # noqa: BLE001 - a bad query is shown, not raised into the kernel
+            self.results.value = f"<div class='ck-search-error' style='color:#c62828'>{esc(exc)}</div>"
+            self._found = []
+            return
+        items = list(getattr(pack, "items", ()) or ())
+        self._found = [k for k in (_item_key(i) for i in items) if k]
+        used_tokens = getattr(pack, "used_tokens", 0)
+        self.results.value = (
+            f"<div class='ck-search-summary' style='font-size:12px'><b>{len(self._found)}</b> matching entries for "
+            f"“{esc(self.query)}” ({used_tokens} tokens in the recall pack)</div>"
+            f"<pre class='ck-recall-text' style='max-height:140px;overflow:auto;font-size:11px;background:#fafafa'>"
+            f"{esc(getattr(pack, 'text', ''))}</pre>"
+        )
+
+    def _show_selected(self) -> None:
+        key = self.selected_key
+        if not key or self.archive is None:
+            self.content.value = ""
+            self.stub.value = ""
+            self.stub_indices = []
+            return
+        original = call_quietly(lambda: self.archive.get(key))
+        self.content.value = original if original is not None else f"(key {key} is not in this archive)"
+        self._show_stub()
+
+    def _show_stub(self) -> None:
+        key = self.selected_key
+        if not key:
+            return
+        if self._session is None:
+            self.stub_indices = []
+            self.stub.value = (
+                f"<div class='ck-stub'>{esc(marker(key))}: open the browser on a session to see its stub</div>"
+            )
+            return
+        history = call_quietly(lambda: list(self._session.history), [])
+        self.stub_indices = stub_locations(history, key)
+        if not self.stub_indices:
+            where = "not in the live history (dropped, or referenced only from another archive entry)"
+        else:
+            parts = []
+            for i in self.stub_indices:
+                m = history[i]
+                turn = getattr(m, "turn", None)
+                parts.append(f"history[{i}] ({getattr(m, 'role', '?')}{f', turn {turn}' if turn is not None else ''})")
+            where = "stub at " + ", ".join(parts)
+        self.stub.value = (
+            f"<div class='ck-stub' style='font-size:12px'><code>{esc(marker(key))}</code> {esc(where)}</div>"
+        )
+
+    def _render(self) -> None:
+        rows = list(self._rows.values())
+        self.entries = rows
+        found = self._found
+        shown = rows if found is None else [self._rows[k] for k in found if k in self._rows]
+        self.visible_keys = [r["key"] for r in shown]
+        total = sum(r["bytes"] for r in rows)
+        where = "" if self.archive is not None else " (this session has no archive)"
+        self.header.value = (
+            f"{_MONO}<div class='ck-archive-header'><b>Recall archive</b> · <span class='ck-archive-count'>"
+            f"{len(rows)}</span> entries, {esc(format_size(total))}{esc(where)}</div>"
+        )
+        self.table.value = table_html(
+            shown[-50:], ENTRY_COLUMNS, css="ck-archive-table", empty="no archived content yet"
+        )
+        options = [(_label(r), r["key"]) for r in shown]
+        if list(self.entry_list.options) != options:
+            keep = self.selected_key if self.selected_key in self.visible_keys else None
+            self.entry_list.options = options
+            self.entry_list.value = keep

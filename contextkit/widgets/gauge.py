@@ -1,0 +1,166 @@
+"""``HistoryGauge``: request bytes vs the payload cap and tokens vs the context window (S8.1).
+
+A thin view: its state comes from ``HistoryEvent`` (sizes of the next request, cap, window),
+``CapEvent`` (how the cap was set or learned) and ``NoticeEvent`` (the last warning). Colour
+follows the pressure, the larger of the two ratios: green below 70%, amber below the pre-flight
+ratio (85%), red from it on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as W
+import traitlets as T
+
+from contextkit.events import CapEvent, Event, HistoryEvent, NoticeEvent
+from contextkit.sizing import format_size
+from contextkit.widgets._view import EventFeed, call_quietly, close_view, events_of
+from contextkit.widgets.html import AMBER_AT, COLOURS, RED_AT, bar_html, esc, pressure_state, ratio
+
+
+class HistoryGauge(W.VBox):
+    """Live pressure gauge for a session. Read ``state``/``colour`` and the size traits in tests."""
+
+    state = T.Unicode("green", help="green | amber | red")
+    colour = T.Unicode(COLOURS["green"])
+    pressure = T.Float(0.0, help="max(bytes/cap, tokens/window)")
+    bytes_ratio = T.Float(0.0)
+    tokens_ratio = T.Float(0.0)
+    request_bytes = T.Int(0)
+    tokens = T.Int(0)
+    messages = T.Int(0)
+    cap_bytes = T.Int(None, allow_none=True)
+    context_window = T.Int(None, allow_none=True)
+    cap_source = T.Unicode(None, allow_none=True, help="configured | learned | assumed")
+    cap_detail = T.Unicode("", help="how the current cap was learned")
+    notice = T.Unicode("", help="text of the last warning notice")
+
+    def __init__(self, session: Any, **kwargs: Any) -> None:
+        events = events_of(session, panel="HistoryGauge")
+        limits = getattr(session, "limits", None)
+        self.red_at = float(getattr(limits, "preflight_ratio", RED_AT) or RED_AT)
+        self.title = W.HTML(value="<b>History</b>")
+        self.bytes_bar = W.HTML()
+        self.tokens_bar = W.HTML()
+        self.info = W.HTML()
+        super().__init__(children=[self.title, self.bytes_bar, self.tokens_bar, self.info], **kwargs)
+        self.add_class("ck-gauge")
+        self.layout.min_width = "320px"
+        self._session = session
+        self._history_seq = -1
+        self._feed = EventFeed(events, self._apply)
+        with self._feed.lock:
+            self._feed.start()
+            if self._history_seq < 0:
+                self._initial_sizes()
+            self._render()
+
+    @property
+    def last_error(self) -> str | None:
+        return self._feed.last_error
+
+    def close(self) -> None:
+        close_view(self)
+        super().close()
+
+    # -- state ------------------------------------------------------------------------------------
+    def _initial_sizes(self) -> None:
+        """No HistoryEvent yet: read the session once (a fresh session has not measured yet)."""
+        s = self._session
+        measure = getattr(s, "measure", None)
+        size = call_quietly(measure) if callable(measure) else None
+        if size is not None:
+            self.request_bytes = int(getattr(size, "bytes", 0))
+            self.tokens = int(getattr(size, "tokens", 0))
+            self.messages = int(getattr(size, "messages", 0))
+        cap = call_quietly(lambda: s.payload_cap)
+        window = call_quietly(lambda: s.context_window)
+        self.cap_bytes = int(cap) if cap else None
+        self.context_window = int(window) if window else None
+        if self.cap_source is None:
+            self.cap_source = call_quietly(lambda: s.cap_source)
+
+    def _apply(self, event: Event) -> None:
+        if isinstance(event, HistoryEvent):
+            if event.seq < self._history_seq:
+                return  # two threads delivered out of order: keep the newer sizes
+            self._history_seq = event.seq
+            self.request_bytes, self.tokens, self.messages = event.bytes, event.tokens, event.messages
+            self.cap_bytes = event.cap_bytes or None
+            if event.context_window:
+                self.context_window = event.context_window
+        elif isinstance(event, CapEvent):
+            self.cap_bytes = event.cap_bytes or None
+            self.cap_source = event.source
+            self.cap_detail = _cap_detail(event)
+        elif isinstance(event, NoticeEvent):
+            if event.level in ("warning", "error") or event.code in ("preflight", "learned_cap", "assumed_cap"):
+                self.notice = event.text
+        else:
+            return
+        self._render()
+
+    # -- view -------------------------------------------------------------------------------------
+    def _render(self) -> None:
+        self.bytes_ratio = ratio(self.request_bytes, self.cap_bytes)
+        self.tokens_ratio = ratio(self.tokens, self.context_window)
+        self.pressure = max(self.bytes_ratio, self.tokens_ratio)
+        self.state = pressure_state(self.pressure, red_at=self.red_at, amber_at=min(AMBER_AT, self.red_at))
+        self.colour = COLOURS[self.state]
+        preflight = [(self.red_at, "ck-preflight", f"{self.red_at:.0%} pre-flight: compaction runs before sending")]
+
+        if self.cap_bytes:
+            label = (
+                f"request <b class='ck-bytes'>{esc(format_size(self.request_bytes))}</b> of "
+                f"{esc(format_size(self.cap_bytes))} {esc(self.cap_source or 'configured')} cap "
+                f"(<span class='ck-bytes-pct'>{self.bytes_ratio:.0%}</span>)"
+            )
+            bar = bar_html(self.bytes_ratio, colour=COLOURS[_state_of(self.bytes_ratio, self.red_at)], marks=preflight)
+        else:
+            label = (
+                f"request <b class='ck-bytes'>{esc(format_size(self.request_bytes))}</b> "
+                "(no payload cap configured or learned)"
+            )
+            bar = bar_html(None, colour=COLOURS["none"])
+        self.bytes_bar.value = f"<div class='ck-bytes-row'>{label}{bar}</div>"
+
+        if self.context_window:
+            label = (
+                f"tokens <b class='ck-tokens'>{self.tokens:,}</b> of {self.context_window:,} window "
+                f"(<span class='ck-tokens-pct'>{self.tokens_ratio:.0%}</span>)"
+            )
+            bar = bar_html(
+                self.tokens_ratio, colour=COLOURS[_state_of(self.tokens_ratio, self.red_at)], marks=preflight
+            )
+        else:
+            label = f"tokens <b class='ck-tokens'>{self.tokens:,}</b> (context window unknown)"
+            bar = bar_html(None, colour=COLOURS["none"])
+        self.tokens_bar.value = f"<div class='ck-tokens-row'>{label}{bar}</div>"
+
+        lines = [
+            f"<span class='ck-messages'>{self.messages} messages</span> · pressure "
+            f"<b class='ck-state' style='color:{self.colour}'>{self.pressure:.0%} {self.state}</b>"
+        ]
+        if self.cap_source == "learned" or self.cap_detail:
+            lines.append(f"<span class='ck-cap'>cap: {esc(self.cap_detail or self.cap_source)}</span>")
+        if self.notice:
+            lines.append(f"<span class='ck-notice' style='color:#8d6e00'>{esc(self.notice)}</span>")
+        self.info.value = "<div style='font-size:12px'>" + "<br>".join(lines) + "</div>"
+
+
+def _state_of(value: float, red_at: float) -> str:
+    return pressure_state(value, red_at=red_at, amber_at=min(AMBER_AT, red_at))
+
+
+def _cap_detail(event: CapEvent) -> str:
+    """One line saying where the cap came from, e.g. for a learned cap after a 413/403."""
+    cap = format_size(event.cap_bytes) if event.cap_bytes else "none"
+    if event.source == "learned":
+        seen = f" after a rejected {format_size(event.rejected_bytes)} request" if event.rejected_bytes else ""
+        was = f" (was {format_size(event.previous_bytes)})" if event.previous_bytes else ""
+        return f"learned {cap}{seen}{was}"
+    if event.source == "assumed":
+        seen = f" after a rejected {format_size(event.rejected_bytes)} request" if event.rejected_bytes else ""
+        return f"assumed {cap}{seen} (no size hint from the gateway)"
+    return f"{event.source} {cap}"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, types, unit/integration/browser tests, notebooks.
+source "$(dirname "$0")/_env.sh"
+if [ ! -x /usr/bin/chromium ]; then
+  echo "installing Debian chromium for the browser test" >&2
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-liberation >/dev/null
+  else
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-liberation >/dev/null
+  fi
+fi
+echo "== ruff"; ruff check contextkit tests benchmarks
+echo "== mypy"; mypy contextkit
+echo "== pytest (unit, integration, browser)"; python -m pytest -p no:nbval tests "$@"
+echo "== pytest (notebooks)"; python -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=120 -p no:randomly notebooks

@@ -1,0 +1,112 @@
+"""The archive across real processes: persistence after exit and concurrent writers (SPEC S3.2)."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from contextkit.archive import Archive
+from contextkit.markers import key_for
+
+ROOT = Path(__file__).resolve().parents[1]
+
+WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from contextkit.archive import Archive
+
+    path, name, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+    with Archive(path, session_id="shared") as arc:
+        (go.parent / f"ready-{name}").touch()
+        deadline = time.monotonic() + 20
+        while not go.exists() and time.monotonic() < deadline:  # start together to overlap the writes
+            time.sleep(0.005)
+        for i in range(count):
+            arc.put(f"{name} entry {i} " + "payload " * (i % 50), kind="tool_result", origin={"tool": name}, turn=i)
+            if i % 7 == 0:
+                arc.with_scope(name).put(f"private {name} {i}")
+    print("done", name)
+    """
+)
+
+
+def run_python(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_content_put_by_another_process_is_read_back_after_it_exits(tmp_path: Path) -> None:
+    path = tmp_path / "arc.sqlite"
+    content = "written by a child process \u00e9\u4e2d \udc80\x00 end"
+    code = textwrap.dedent(
+        """
+        import sys
+        from contextkit.archive import Archive
+        with Archive(sys.argv[1], session_id="child") as arc:
+            print(arc.put(sys.argv[2].encode("utf-8", "surrogateescape").decode("unicode_escape"), kind="segment"))
+        """
+    )
+    escaped = content.encode("unicode_escape").decode("ascii")
+    proc = run_python(code, str(path), escaped)
+    assert proc.returncode == 0, proc.stderr
+    key = proc.stdout.strip()
+    assert key == key_for(content)
+    with Archive(path, session_id="child") as arc:
+        assert arc.get(key) == content
+        assert arc.entries()[0].kind == "segment"
+        assert arc.recall(key).text == content
+    with Archive(path, session_id="someone-else") as other:
+        assert other.get(key) is None  # scoping holds across processes too
+
+
+def test_reader_open_before_a_writer_sees_its_puts(tmp_path: Path) -> None:
+    path = tmp_path / "live.sqlite"
+    with Archive(path, session_id="s") as reader:
+        assert len(reader) == 0
+        code = "import sys; from contextkit.archive import Archive; Archive(sys.argv[1], session_id='s').put('late')"
+        proc = run_python(code, str(path))
+        assert proc.returncode == 0, proc.stderr
+        assert reader.get(key_for("late")) == "late"
+        assert reader.recall_context_result("late").used_items == 1
+
+
+def test_two_processes_writing_concurrently_lose_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "busy.sqlite"
+    go = tmp_path / "go"
+    count = 200
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), name, str(count), str(go)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("alpha", "beta")
+    ]
+    deadline = time.monotonic() + 30
+    while not all((tmp_path / f"ready-{n}").exists() for n in ("alpha", "beta")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()  # both have the database open: release them together so their writes overlap
+    outputs = [p.communicate(timeout=60) for p in procs]
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+        assert out.startswith("done")
+    with Archive(path, session_id="shared") as arc:
+        assert len(arc) == 2 * count
+        for name in ("alpha", "beta"):
+            for i in range(count):
+                text = f"{name} entry {i} " + "payload " * (i % 50)
+                assert arc.get(key_for(text)) == text
+        writers = [e.origin.split()[0] for e in arc.entries() if e.session_id == "shared"]
+        assert set(writers) == {"alpha", "beta"}
+        assert sum(a != b for a, b in itertools.pairwise(writers)) > 1, "the writes did not interleave"
+        assert arc.recall_context_result("alpha", max_items=50).used_items > 0
+        private = arc.with_scope("alpha")
+        assert len(private) == len(range(0, count, 7))

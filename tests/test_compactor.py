@@ -1,0 +1,506 @@
+"""The compaction pipeline with a scripted summarizer: phases, gate, faults, cancellation, back-off,
+hooks, undo, flush and counters (SPEC S4, research §4.10, §4.15-4.17, §7.6)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contextkit.archive import Archive
+from contextkit.compactor import TRIGGERS, CompactionInfo, CompactionStats, Compactor, WorkbenchWriter
+from contextkit.events import CompactionEvent, EventLog, NoticeEvent
+from contextkit.messages import Message, ToolCall
+from contextkit.policy.expand import expand_markers
+from contextkit.policy.pairing import find_orphans
+from contextkit.settings import Limits
+from contextkit.sizing import request_bytes
+from contextkit.summarizer import ScriptedSummarizer, SummaryRequest, SummaryResponse, SummaryTimeout
+
+GOOD = "## Summary\n- point " * 8
+REFUSAL = "I'm sorry, I cannot summarize this conversation for you today."
+
+
+def measure(history: Sequence[Message]) -> int:
+    return request_bytes(history)
+
+
+def fixture(recent: int = 2) -> list[Message]:
+    out = [Message.system("charter")]
+    for _ in range(3):
+        out += [Message.user("question detail " * 50), Message.assistant("answer detail " * 50)]
+    return out + [Message.user("recent") for _ in range(recent)]
+
+
+def big_fixture() -> list[Message]:
+    """research §7.6 back-off history: fixture(2) + 4 x (filler, reply)."""
+    h = fixture(2)
+    for _ in range(4):
+        h += [Message.user("filler " * 400), Message.assistant("reply " * 400)]
+    return h
+
+
+def make(limits: Limits | None = None, **kwargs: Any) -> tuple[Compactor, Archive, EventLog]:
+    archive, log = Archive.in_memory(), EventLog()
+    limits = limits or Limits(min_keep_recent=2, emergency_keep_messages=2)
+    return Compactor(archive=archive, limits=limits, events=log, **kwargs), archive, log
+
+
+def phases(result: Any) -> list[tuple[str, str]]:
+    return [(e.phase, e.outcome) for e in result.events]
+
+
+def assert_nothing_lost(original: Sequence[Message], result: Sequence[Message], archive: Archive) -> None:
+    expanded = "\n".join(expand_markers(m.content, archive) for m in result)
+    for m in original:
+        assert m.content in expanded, m.content[:60]
+    assert find_orphans(result) == ([], [])
+
+
+# Level 1 / no-op -----------------------------------------------------------------------------
+
+
+def test_noop_pass_is_skipped_and_keeps_no_snapshot() -> None:
+    compactor, _, log = make()
+    h = fixture()
+    summarizer = ScriptedSummarizer(GOOD)
+    result = compactor.compact(h, summarizer=summarizer, trigger="auto", budget=10 * measure(h), measure=measure)
+    assert result.outcome == "skipped" and not result.changed and result.level == 0
+    assert result.history == h and summarizer.calls == 0
+    assert compactor.undo_stack == [] and compactor.pop_undo() is None
+    assert compactor.stats.compactions == 0
+    assert phases(result)[0] == ("start", "running") and phases(result)[-1] == ("done", "skipped")
+    assert {p for p, _ in phases(result)} >= {"trim", "dedup", "microcompact", "budget"}
+    assert all(isinstance(e, CompactionEvent) for e in log)
+
+
+def test_level1_is_enough_for_old_big_tool_results() -> None:
+    compactor, archive, _ = make()
+    statuses: list[str] = []
+    compactor.status = statuses.append
+    h = [Message.system("s"), Message.user("go")]
+    for i in range(6):
+        h += [Message.assistant("", [ToolCall(f"c{i}", "bash")]), Message.tool(f"c{i}", f"line {i}\n" * 3000)]
+    h += [Message.assistant("done"), Message.user("next")]
+    before = copy.deepcopy(h)
+    summarizer = ScriptedSummarizer(GOOD)
+    result = compactor.compact(h, summarizer=summarizer, trigger="auto", budget=measure(h) // 2, measure=measure)
+    assert result.outcome == "applied" and result.level == 1 and result.within_budget
+    assert summarizer.calls == 0
+    assert ("microcompact", "applied") in phases(result)
+    assert statuses[0].startswith("Compacting history (16 msgs, ") and " -> target " in statuses[0]
+    assert "Trim: dropping reasoning/duplicates (no LLM)" in statuses
+    assert any(s.startswith("Trim was enough (") for s in statuses)
+    assert h == before  # the caller's list is untouched
+    assert compactor.pop_undo() == before
+    assert_nothing_lost(before, result.history, archive)
+
+
+# Level 2 -------------------------------------------------------------------------------------
+
+
+def test_summary_applied_with_events_retention_and_counters() -> None:
+    compactor, archive, log = make()
+    h = fixture()
+    seen: list[CompactionEvent] = []
+
+    def answer(request: SummaryRequest) -> SummaryResponse:
+        last = log[len(log) - 1]
+        assert isinstance(last, CompactionEvent)
+        seen.append(last)  # the "running" event is out before the call
+        assert "CONVERSATION SEGMENT TO EXTRACT FROM:" in request.prompt
+        return SummaryResponse(GOOD + "question detail", 1000, 200, 0.25, "m")
+
+    summarizer = ScriptedSummarizer(answer)
+    result = compactor.compact(h, summarizer=summarizer, trigger="auto", budget=measure(h) - 500, measure=measure)
+    assert seen[0].phase == "summarize" and seen[0].outcome == "running"
+    assert seen[0].status == "Summarizing old messages via LLM (may take 30-90 s)"
+    assert result.level == 2 and result.outcome == "applied" and result.summary_calls == 1
+    summary = result.history[1]
+    assert summary.is_summary and summary.summary_of == 6
+    assert summary.content.startswith("[STRUCTURED SUMMARY - covering 6 earlier messages]")
+    assert "@recall <<ccr:" in summary.content
+    applied = next(e for e in result.events if e.phase == "summarize" and e.outcome == "applied")
+    assert applied.status.startswith("Summary applied (9 -> 4 msgs, ")
+    assert applied.summarizer_prompt_tokens == 1000 and applied.summarizer_cost == 0.25
+    assert applied.identifier_retention is None  # this segment has no identifiers
+    stats = compactor.stats
+    assert (stats.compactions, stats.level3_falls, stats.summary_calls) == (1, 0, 1)
+    assert (stats.summarizer_prompt_tokens, stats.summarizer_completion_tokens, stats.summarizer_cost) == (
+        1000,
+        200,
+        0.25,
+    )
+    assert CompactionStats.from_dict(stats.to_dict()) == stats
+    assert compactor.backoff == 0
+    assert_nothing_lost(h, result.history, archive)
+
+
+def test_identifier_retention_is_recorded() -> None:
+    compactor, _, _ = make()
+    h = fixture()
+    h[2] = Message.assistant("I read src/app/main.py and ran\n$ pytest -q tests/test_api.py\nfailed at 4711")
+    summary = "## Files Read\n- src/app/main.py\n## Commands Executed\n- pytest -q tests/test_api.py -> failed\n" + GOOD
+    result = compactor.compact(
+        h, summarizer=ScriptedSummarizer(summary), trigger="manual", budget=10**6, measure=measure
+    )
+    # src/app/main.py, tests/test_api.py and the command survive; 4711 is lost
+    assert result.level == 2 and result.identifier_retention == pytest.approx(3 / 4)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        REFUSAL,
+        "## ok",
+        "Error: upstream summarizer exploded with status 500, please retry later " * 2,
+        RuntimeError("provider down"),
+        SummaryTimeout("summarizer did not answer within 600 s"),
+        "",
+    ],
+    ids=["refusal", "short", "error_text", "exception", "timeout", "empty"],
+)
+def test_bad_summaries_are_retried_once_then_level3(bad: Any) -> None:
+    compactor, archive, _ = make()
+    h = big_fixture()
+    before = copy.deepcopy(h)
+    summarizer = ScriptedSummarizer(bad)
+    result = compactor.compact(h, summarizer=summarizer, trigger="auto", budget=4200, measure=measure)
+    assert summarizer.calls == 2
+    assert result.level == 3 and result.outcome == "applied"
+    texts = "\n".join(m.content for m in result.history)
+    assert "STRUCTURED SUMMARY" not in texts
+    if isinstance(bad, str) and bad:
+        assert bad not in texts
+    assert "CONTEXT TRUNCATED" in texts
+    outcomes = [(e.phase, e.outcome) for e in result.events if e.phase == "summarize"]
+    assert outcomes == [("summarize", "running"), ("summarize", "rejected"), ("summarize", "failed")]
+    failed = next(e for e in result.events if e.outcome == "failed")
+    assert failed.status.startswith("Summarization failed (") and failed.status.endswith("falling back to truncation")
+    assert compactor.stats.level3_falls == 1 and compactor.backoff == 0
+    assert h == before
+    assert_nothing_lost(before, result.history, archive)
+
+
+def test_refusal_under_budget_is_a_skipped_manual_compaction() -> None:
+    """research §7.6 audit3: a rejected manual pass pops its snapshot and reports skipped."""
+    posts: list[CompactionInfo] = []
+    compactor, _, _ = make(post_compact=posts.append)
+    h = fixture()
+    summarizer = ScriptedSummarizer(REFUSAL)
+    result = compactor.compact(h, summarizer=summarizer, trigger="manual", budget=10 * measure(h), measure=measure)
+    assert summarizer.calls == 2
+    assert result.outcome == "skipped" and result.history == h
+    assert compactor.undo_stack == [] and compactor.stats.compactions == 0
+    assert [(p.trigger, p.outcome) for p in posts] == [("manual", "skipped")]
+
+
+def test_second_attempt_can_succeed() -> None:
+    compactor, _, _ = make()
+    summarizer = ScriptedSummarizer([REFUSAL, GOOD])
+    result = compactor.compact(fixture(), summarizer=summarizer, trigger="manual", budget=10**6, measure=measure)
+    assert summarizer.calls == 2 and result.level == 2
+    assert compactor.stats.summary_rejections == 1 and compactor.stats.summary_calls == 2
+
+
+def test_backoff_over_four_runs() -> None:
+    """research §7.6: a summary that never converges -> Level 3; next two runs skip Level 2; run 4 pays again."""
+    compactor, _, _ = make()
+    summarizer = ScriptedSummarizer(SummaryResponse("## Never converges\n- detail " * 400, 1000, 200, 0.5, "m"))
+    levels, calls, skipped = [], [], []
+    for _ in range(4):
+        result = compactor.compact(big_fixture(), summarizer=summarizer, trigger="auto", budget=4200, measure=measure)
+        levels.append(result.level)
+        calls.append(summarizer.calls)
+        skipped.append(any(e.detail == "backoff" for e in result.events))
+    assert levels == [3, 3, 3, 3]
+    assert calls == [1, 1, 1, 2]
+    assert skipped == [False, True, True, False]
+    assert compactor.stats.summarizer_prompt_tokens == 2000 and compactor.stats.summarizer_cost == 1.0
+
+
+def test_manual_instruction_and_compact_model_are_passed_through() -> None:
+    limits = Limits.from_env({"CONTEXTKIT_COMPACT_MODEL": "openai/small-summarizer"}, min_keep_recent=2)
+    compactor, _, _ = make(limits)
+    summarizer = ScriptedSummarizer(GOOD)
+    result = compactor.compact(
+        fixture(),
+        summarizer=summarizer,
+        trigger="manual",
+        budget=10**6,
+        measure=measure,
+        instruction="keep the DB notes",
+    )
+    request = summarizer.requests[0]
+    assert request.model == "openai/small-summarizer" and request.timeout == limits.summary_timeout
+    assert "keep the DB notes" in request.prompt
+    assert result.history[1].content.startswith(
+        '[COMPACTED CONTEXT - 6 messages summarized per user instruction: "keep'
+    )
+
+
+def test_no_summarizer_means_no_level2() -> None:
+    compactor, archive, _ = make()
+    h = big_fixture()
+    result = compactor.compact(h, summarizer=None, trigger="recovery", budget=4200, measure=measure)
+    assert result.level == 3 and result.summary_calls == 0
+    assert_nothing_lost(h, result.history, archive)
+
+
+# cancellation --------------------------------------------------------------------------------
+
+
+def test_keyboard_interrupt_during_summary_changes_nothing() -> None:
+    posts: list[CompactionInfo] = []
+    compactor, _, log = make(post_compact=posts.append)
+    h = big_fixture()
+    before = copy.deepcopy(h)
+    with pytest.raises(KeyboardInterrupt):
+        compactor.compact(
+            h, summarizer=ScriptedSummarizer(KeyboardInterrupt()), trigger="auto", budget=4200, measure=measure
+        )
+    assert h == before
+    assert compactor.undo_stack == [] and compactor.stats.compactions == 0 and compactor.backoff == 0
+    last = log[len(log) - 1]
+    assert isinstance(last, CompactionEvent) and last.outcome == "cancelled"
+    assert last.messages_after == len(before) and "history unchanged" in last.status
+    assert [p.outcome for p in posts] == ["cancelled"]
+    assert not any(e.phase == "truncate" for e in log.of_type(CompactionEvent))  # no blind fallback
+
+
+def test_task_cancellation_of_acompact_changes_nothing() -> None:
+    compactor, _, log = make()
+    h = big_fixture()
+    before = copy.deepcopy(h)
+    started = asyncio.Event()
+
+    class Slow(ScriptedSummarizer):
+        async def asummarize(self, request: SummaryRequest) -> SummaryResponse:
+            started.set()
+            await asyncio.sleep(30)
+            return SummaryResponse(GOOD)
+
+    async def main() -> None:
+        task = asyncio.create_task(
+            compactor.acompact(h, summarizer=Slow(GOOD), trigger="auto", budget=4200, measure=measure)
+        )
+        await asyncio.wait_for(started.wait(), 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert h == before and compactor.undo_stack == []
+    last = log[len(log) - 1]
+    assert isinstance(last, CompactionEvent) and last.outcome == "cancelled"
+
+
+def test_acompact_applies_and_times_out() -> None:
+    compactor, archive, _ = make(Limits(min_keep_recent=2, emergency_keep_messages=2, summary_timeout=0.05))
+
+    class Hanging(ScriptedSummarizer):
+        async def asummarize(self, request: SummaryRequest) -> SummaryResponse:
+            self.requests.append(request)
+            await asyncio.sleep(5)
+            return SummaryResponse(GOOD)
+
+    hanging = Hanging(GOOD)
+    h = big_fixture()
+    result = asyncio.run(compactor.acompact(h, summarizer=hanging, trigger="auto", budget=4200, measure=measure))
+    assert hanging.calls == 2 and result.level == 3
+    assert "SummaryTimeout" in next(e for e in result.events if e.outcome == "failed").detail
+    assert_nothing_lost(h, result.history, archive)
+    ok = asyncio.run(
+        compactor.acompact(
+            fixture(), summarizer=ScriptedSummarizer(GOOD), trigger="manual", budget=10**6, measure=measure
+        )
+    )
+    assert ok.level == 2
+
+
+# hooks, flush, undo --------------------------------------------------------------------------
+
+
+def test_pre_compact_can_veto_auto_but_not_recovery() -> None:
+    pre: list[CompactionInfo] = []
+
+    def veto(info: CompactionInfo) -> bool:
+        pre.append(info)
+        return False
+
+    compactor, _, _ = make(pre_compact=veto)
+    h = big_fixture()
+    summarizer = ScriptedSummarizer(GOOD)
+    vetoed = compactor.compact(h, summarizer=summarizer, trigger="auto", budget=4200, measure=measure)
+    assert vetoed.outcome == "skipped" and vetoed.history == h and summarizer.calls == 0
+    assert vetoed.detail == "vetoed by pre_compact" and compactor.undo_stack == []
+    assert pre[0].trigger == "auto" and pre[0].messages_before == len(h) and pre[0].bytes_before == measure(h)
+    forced = compactor.compact(h, summarizer=summarizer, trigger="recovery", budget=4200, measure=measure)
+    assert forced.outcome == "applied" and forced.level == 3
+
+
+def test_post_compact_gets_sizes_level_outcome_and_errors_do_not_break() -> None:
+    posts: list[CompactionInfo] = []
+
+    def post(info: CompactionInfo) -> None:
+        posts.append(info)
+        raise RuntimeError("hook bug")
+
+    compactor, _, log = make(post_compact=post)
+    h = fixture()
+    result = compactor.compact(h, summarizer=ScriptedSummarizer(GOOD), trigger="manual", budget=10**6, measure=measure)
+    assert result.level == 2
+    info = posts[0]
+    assert (info.trigger, info.level, info.outcome) == ("manual", 2, "applied")
+    assert info.messages_before == 9 and info.messages_after == 4 and info.bytes_after == measure(result.history)
+    assert any(isinstance(e, NoticeEvent) and e.code == "hook_error" for e in log)
+
+
+def test_undo_stack_only_for_applied_passes() -> None:
+    compactor, _, _ = make()
+    h = fixture()
+    compactor.compact(h, summarizer=ScriptedSummarizer(GOOD), trigger="auto", budget=10**6, measure=measure)
+    assert compactor.undo_stack == []
+    compactor.compact(h, summarizer=ScriptedSummarizer(GOOD), trigger="manual", budget=10**6, measure=measure)
+    assert compactor.pop_undo() == h and compactor.pop_undo() is None
+
+
+def test_flush_goes_to_workbench_before_rewrite(tmp_path: Path) -> None:
+    writer = WorkbenchWriter.for_session(tmp_path, "sess/1")
+    flushed: list[tuple[int, str]] = []
+
+    def sink(messages: Sequence[Message], info: CompactionInfo) -> None:
+        flushed.append((len(messages), info.phase))
+        writer(messages, info)
+
+    compactor, _, _ = make(on_flush=sink, session_id="sess/1")
+    h = big_fixture()
+    summarizer = ScriptedSummarizer(SummaryResponse("## Never converges\n- detail " * 400))
+    compactor.compact(h, summarizer=summarizer, trigger="auto", budget=4200, measure=measure)
+    assert flushed[0] == (14, "summarize")  # the compactable middle, before the call
+    assert all(phase in ("summarize", "truncate") for _, phase in flushed)
+    text = writer.path.read_text(encoding="utf-8")
+    assert writer.path.name == "sess_1.workbench.md"
+    assert "question detail" in text and "### assistant" in text and "summarize (auto)" in text
+    # 3 fillers were in the summarized middle; the 4th is in the kept tail; nothing is written twice
+    assert text.count("### user\n\n```\nfiller") == 3
+    assert flushed == [(14, "summarize"), (1, "truncate")]  # then only the new summary message is dropped
+
+
+def test_broken_flush_sink_does_not_stop_compaction() -> None:
+    def broken(messages: Sequence[Message], info: CompactionInfo) -> None:
+        raise OSError("disk full")
+
+    compactor, _, log = make(on_flush=broken)
+    result = compactor.compact(
+        fixture(), summarizer=ScriptedSummarizer(GOOD), trigger="manual", budget=10**6, measure=measure
+    )
+    assert result.level == 2
+    assert any(isinstance(e, NoticeEvent) and e.code == "flush_error" for e in log)
+
+
+def test_verbatim_survives_summary_and_pairing_stays_valid() -> None:
+    compactor, archive, _ = make()
+    h = [
+        *fixture(0),
+        Message.assistant("", [ToolCall("r1", "recall", '{"key":"abc"}')]),
+        Message.tool("r1", "RECALLED ORIGINAL " + "x" * 300, preserve_verbatim=True, is_recall=True),
+        Message.assistant("thanks"),
+        Message.user("recent 1"),
+        Message.user("recent 2"),
+    ]
+    result = compactor.compact(h, summarizer=ScriptedSummarizer(GOOD), trigger="manual", budget=10**6, measure=measure)
+    assert result.level == 2
+    assert find_orphans(result.history) == ([], [])
+    kept = [m for m in result.history if "RECALLED ORIGINAL" in m.content]
+    assert kept and kept[0].role == "user" and kept[0].tool_call_id is None
+    assert_nothing_lost(h, result.history, archive)
+
+
+def test_bad_arguments_are_clear() -> None:
+    compactor, _, _ = make()
+    with pytest.raises(ValueError, match="trigger must be one of"):
+        compactor.compact(fixture(), summarizer=None, trigger="sometimes", budget=100, measure=measure)
+    with pytest.raises(ValueError, match="budget must be a positive"):
+        compactor.compact(fixture(), summarizer=None, trigger="auto", budget=0, measure=measure)
+
+
+def test_token_measure_fills_event_tokens() -> None:
+    compactor, _, _ = make()
+    h = fixture()
+    result = compactor.compact(
+        h, summarizer=ScriptedSummarizer(GOOD), trigger="manual", budget=10**6, measure=measure,
+        token_measure=lambda hist: sum(len(m.content) // 4 for m in hist),
+    )  # fmt: skip
+    done = result.events[-1]
+    assert done.tokens_before == sum(len(m.content) // 4 for m in h) > done.tokens_after > 0
+    assert result.tokens_before == done.tokens_before and result.tokens_after == done.tokens_after
+
+
+# whole-pipeline invariants -------------------------------------------------------------------
+
+
+@st.composite
+def agent_histories(draw: st.DrawFn) -> list[Message]:
+    size = st.sampled_from([0, 5, 50, 700, 4_000, 30_000])
+    out = [Message.system("rules " * draw(st.integers(1, 40)))]
+    out += [Message.user(f"task {'t' * draw(size)}")]
+    for i in range(draw(st.integers(0, 16))):
+        kind = draw(st.sampled_from(["user", "assistant", "calls", "calls"]))
+        pin = draw(st.integers(0, 9)) == 0
+        if kind == "user":
+            out.append(Message.user(f"u{i} " + "q" * draw(size), preserve_verbatim=pin))
+        elif kind == "assistant":
+            out.append(Message.assistant(f"a{i} " + "w" * draw(size), reasoning="think " * draw(st.integers(0, 50))))
+        else:
+            ids = list(
+                dict.fromkeys(
+                    draw(st.sampled_from(["x:0", "x:1", f"id{i}_{j}"])) for j in range(draw(st.integers(1, 3)))
+                )
+            )
+            out.append(Message.assistant("", [ToolCall(c, "read_file", '{"path":"a.py"}') for c in ids]))
+            out += [
+                Message.tool(c, f"r{i}{c} " + "line\n" * draw(size), name="read_file", preserve_verbatim=pin)
+                for c in ids
+            ]
+    return out
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    agent_histories(),
+    st.floats(0.05, 1.2),
+    st.sampled_from(["good", "refusal", "exception", "never_fits"]),
+    st.sampled_from(TRIGGERS),
+)
+def test_pipeline_invariants(h: list[Message], ratio: float, mode: str, trigger: str) -> None:
+    replies: dict[str, Any] = {
+        "good": GOOD,
+        "refusal": REFUSAL,
+        "exception": RuntimeError("down"),
+        "never_fits": "## Never converges\n- detail " * 400,
+    }
+    compactor, archive, _ = make(Limits(min_keep_recent=4, emergency_keep_messages=4))
+    before = copy.deepcopy(h)
+    systems = [m for m in h if m.role == "system"]
+    budget = max(int(measure(h) * ratio), 1)
+    result = compactor.compact(
+        h, summarizer=ScriptedSummarizer(replies[mode]), trigger=trigger, budget=budget, measure=measure
+    )
+    assert h == before
+    assert [m for m in result.history if m.role == "system"] == systems
+    assert find_orphans(result.history) == ([], [])
+    assert_nothing_lost(before, result.history, archive)
+    if result.changed:
+        assert compactor.pop_undo() == before
+    else:
+        assert result.history == before and compactor.undo_stack == []
+    # fixed overhead of a fully compacted history: notice, pointer stubs, 4 kept messages at their floors
+    if measure(systems) + 4_000 < budget:
+        assert result.within_budget, (result.bytes_after, budget, result.reports)

@@ -1,0 +1,124 @@
+"""Content shrink (S4.8) and the verbatim cap (S4.9): research §7.4 and §7.6 vectors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from contextkit.markers import extract_keys
+from contextkit.messages import Message
+from contextkit.policy.expand import expand_markers
+from contextkit.policy.shrink import cap_verbatim, shrink_to_budget
+from contextkit.policy.testing import MemorySink
+from contextkit.sizing import request_bytes
+
+
+def chars(h: Sequence[Message]) -> int:
+    """The source system's weighted measure (sum of content lengths), as in its tests."""
+    return sum(len(m.content) for m in h)
+
+
+def test_shrink_vector_largest_first():
+    sink = MemorySink()
+    h = [
+        Message.system("s" * 10_000),
+        Message.user("analyze the incidents"),
+        Message.assistant("a" * 30_000),
+        Message.user("t" * 80_000),
+    ]
+    snapshot = list(h)
+    out, r = shrink_to_budget(h, budget=50_000, measure=chars, archive=sink)
+    assert chars(out) <= 50_000 and len(out) == 4
+    assert out[0] == h[0] and out[1].content == "analyze the incidents" and out[2].content == "a" * 30_000
+    assert h == snapshot  # caller's list untouched
+    assert sink.get(extract_keys(out[3].content)[0]) == "t" * 80_000
+    assert r.shrunk == 1 and r.within_budget and r.bytes_after == chars(out)
+
+
+def test_system_never_touched_even_when_over():
+    sink = MemorySink()
+    h = [Message.system("s" * 100_000), Message.user("u" * 50_000)]
+    out, r = shrink_to_budget(h, budget=60_000, measure=chars, archive=sink)
+    assert out[0].content == "s" * 100_000 and len(out[1].content) < 50_000
+    assert not r.within_budget and "still over" in r.describe()
+    assert expand_markers(out[1].content, sink).count("u" * 50_000) == 1
+
+
+def test_within_budget_unchanged():
+    h = [Message.system("s"), Message.user("u")]
+    out, r = shrink_to_budget(h, budget=1000, measure=chars, archive=MemorySink())
+    assert out == h and not r.changed
+
+
+def test_one_marker_survives_repeated_shrinking():
+    sink = MemorySink()
+    original = "critical tool output line\n" * 3000
+    h = [Message.system("charter"), Message.user(original)]
+    out, _ = shrink_to_budget(h, budget=5000, measure=chars, archive=sink)
+    assert chars(out) <= 5000
+    (key,) = extract_keys(out[1].content)
+    assert sink.get(key) == original
+    out2, r2 = shrink_to_budget(out, budget=2000, measure=chars, archive=sink)
+    assert chars(out2) <= 2000 and extract_keys(out2[1].content) == [key] and r2.archived_keys == ()
+
+
+def test_skips_verbatim():
+    sink = MemorySink()
+    h = [Message.system("sys"), Message.user("v" * 5000, preserve_verbatim=True), Message.assistant("a" * 4000)]
+    out, _ = shrink_to_budget(h, budget=6000, measure=chars, archive=sink)
+    assert out[1].content == "v" * 5000 and len(out[2].content) < 4000
+
+
+def test_request_bytes_budget_with_multibyte_text():
+    sink = MemorySink()
+    h = [Message.system("rules"), Message.user("é€𝄞 ünïcödé\n" * 5000), Message.assistant('quote "x"\n' * 3000)]
+    budget = 20_000
+    out, r = shrink_to_budget(h, budget=budget, measure=lambda x: request_bytes(x), archive=sink)
+    assert request_bytes(out) <= budget and r.within_budget
+    expanded = expand_markers("\n".join(m.content for m in out), sink)
+    assert all(m.content in expanded for m in h)
+
+
+def test_pointer_stage_when_floors_do_not_fit():
+    sink = MemorySink()
+    h = [Message.system("s")] + [Message.user(f"{i}" * 2000) for i in range(10)]
+    out, r = shrink_to_budget(h, budget=1500, measure=chars, archive=sink)
+    assert chars(out) <= 1500 and r.stubbed > 0
+    assert all(m.content in expand_markers("".join(x.content for x in out), sink) for m in h)
+
+
+def test_cap_verbatim_converges_with_recall_stubs():
+    sink = MemorySink()
+    budget = 5600
+    h = [Message.system("charter")]
+    h += [Message.user(f"{i}" * (budget // 3), preserve_verbatim=True, is_recall=True) for i in range(6)]
+    h += [Message.user("recent 1"), Message.assistant("recent 2")]
+    measure = lambda x: request_bytes(x)  # noqa: E731
+    out, r = cap_verbatim(h, budget=budget, measure=measure, archive=sink)
+    assert r.downgraded >= 1 and r.verbatim_bytes <= budget // 4
+    stubs = [m for m in out if "aged out of the window" in m.content]
+    assert stubs and all("@recall" in m.content and not m.preserve_verbatim for m in stubs)
+    assert out[0] == h[0] and out[-2:] == h[-2:]
+    small = [Message.system("charter")] + [
+        Message.user(f"{i}" * (budget // 20), preserve_verbatim=True) for i in range(6)
+    ]
+    out_small, r_small = cap_verbatim(small, budget=budget, measure=measure, archive=sink)
+    flags = [m.preserve_verbatim for m in out_small[1:]]
+    assert 0 < r_small.downgraded < 6 and flags == sorted(flags)  # the oldest go first
+    out2, r2 = cap_verbatim(out, budget=budget, measure=measure, archive=sink)
+    assert not r2.changed and out2 == out
+
+
+def test_with_real_archive():
+    from contextkit.archive import Archive
+
+    with Archive.in_memory() as archive:
+        h = [
+            Message.system("sys"),
+            Message.user("big line\n" * 4000, preserve_verbatim=True),
+            Message.assistant("b" * 9000),
+        ]
+        capped, _ = cap_verbatim(h, budget=20_000, measure=chars, archive=archive)
+        out, _r = shrink_to_budget(capped, budget=5_000, measure=chars, archive=archive)
+        assert chars(out) <= 5_000
+        expanded = expand_markers("\n".join(m.content for m in out), archive)
+        assert all(m.content in expanded for m in h)

@@ -1,0 +1,118 @@
+"""Level 3 truncation (S4.7): research §7.3 nuclear cap, §7.6 compactor vectors, §4.10.7 downgrade."""
+
+from __future__ import annotations
+
+from contextkit.markers import extract_keys
+from contextkit.messages import Message, ToolCall
+from contextkit.policy.expand import expand_markers
+from contextkit.policy.pairing import find_orphans
+from contextkit.policy.testing import MemorySink
+from contextkit.policy.truncate import RECOVERY_NOTICE, emergency_truncate
+
+
+def test_nuclear_caps_kept_message_content():
+    sink = MemorySink()
+    h = [
+        Message.system("s" * 90_000),
+        Message.user("question"),
+        Message.assistant("x" * 50_000),
+        Message.user("y" * 50_000),
+    ]
+    out, r = emergency_truncate(h, keep=4, archive=sink, per_message_cap=4000)
+    assert len(out) == 4 and out[0].content == "s" * 90_000
+    assert out[1].content == "question"
+    assert all(len(m.content) <= 4000 for m in out[1:])  # source: <= 4100 (3971); ours includes the marker
+    assert r.capped == 2 and r.dropped == 0
+    assert sink.get(extract_keys(out[3].content)[0]) == "y" * 50_000
+
+
+def verbatim_fixture() -> list[Message]:
+    h = [Message.system("charter")]
+    for _ in range(3):
+        h += [Message.user("question detail " * 50), Message.assistant("answer detail " * 50)]
+    h += [
+        Message.user("RECALLED ORIGINAL " + "x" * 300, preserve_verbatim=True),
+        Message.assistant("more answer " * 50),
+        Message.user("recent"),
+        Message.user("recent"),
+    ]
+    return h
+
+
+def test_emergency_keeps_verbatim_and_archives_segment():
+    sink = MemorySink()
+    h = verbatim_fixture()
+    out, r = emergency_truncate(h, keep=2, archive=sink)
+    assert out[0].content == "charter"
+    notice = out[1]
+    assert notice.is_summary and notice.summary_of == 7 and "@recall" in notice.content
+    assert notice.content.startswith("[CONTEXT TRUNCATED: 7 messages removed due to context window limit.")
+    assert out[2].preserve_verbatim and out[2].content.startswith("RECALLED ORIGINAL")
+    assert [m.content for m in out[3:]] == ["recent", "recent"]
+    transcript = sink.get(r.segment_key or "")
+    assert transcript is not None and "[assistant]: more answer" in transcript
+    expanded = expand_markers(notice.content, sink)
+    for m in h[1:7]:
+        assert m.content in expanded
+    assert r.describe().startswith("truncate: 7 messages dropped (archived as <<ccr:")
+
+
+def test_head_snapped_to_user_and_pairing_valid():
+    sink = MemorySink()
+    h = [Message.system("sys")]
+    for n in range(6):
+        h += [
+            Message.user(f"u{n}"),
+            Message.assistant("", [ToolCall(f"web_fetch:{n}", "web_fetch")]),
+            Message.tool(f"web_fetch:{n}", f"r{n}"),
+        ]
+    for keep in range(1, 12):
+        out, _ = emergency_truncate(h, keep=keep, archive=sink)
+        assert out[0].role == "system" and out[1].role == "user"
+        assert find_orphans(out) == ([], [])
+
+
+def test_no_user_survives_uses_recovery_notice_with_marker():
+    sink = MemorySink()
+    h = [Message.user("start"), Message.assistant("a1"), Message.assistant("a2")]
+    out, _r = emergency_truncate(h, keep=2, archive=sink)
+    assert len(out) == 1 and out[0].content.startswith(RECOVERY_NOTICE)
+    assert "start" in expand_markers(out[0].content, sink)
+
+
+def test_mid_history_system_moved_front_and_short_history_unchanged():
+    sink = MemorySink()
+    h = [Message.user("u"), Message.system("late rule"), Message.assistant("a")]
+    out, r = emergency_truncate(h, keep=10, archive=sink)
+    assert [m.role for m in out] == ["system", "user", "assistant"] and r.changed and r.dropped == 0
+    h2 = [Message.system("s"), Message.user("u"), Message.assistant("a")]
+    out2, r2 = emergency_truncate(h2, keep=10, archive=sink)
+    assert not r2.changed and out2 == h2
+
+
+def test_verbatim_tool_result_downgraded_when_call_dropped():
+    sink = MemorySink()
+    h = [
+        Message.user("old"),
+        Message.assistant("", [ToolCall("r1", "recall")]),
+        Message.tool("r1", "RECALLED ORIGINAL " + "x" * 300, preserve_verbatim=True, is_recall=True),
+        Message.assistant("ok"),
+        Message.user("recent 1"),
+        Message.user("recent 2"),
+    ]
+    out, r = emergency_truncate(h, keep=2, archive=sink)
+    assert out[0].is_summary
+    down = out[1]
+    assert down.role == "user" and down.tool_call_id is None and down.preserve_verbatim
+    assert down.content.startswith("[recalled original - tool result r1, kept verbatim through compaction]\n")
+    assert r.pairing.orphans_removed == 0 and find_orphans(out) == ([], [])
+
+
+def test_with_real_archive():
+    from contextkit.archive import Archive
+
+    with Archive.in_memory() as archive:
+        h = verbatim_fixture()
+        out, _r = emergency_truncate(h, keep=2, archive=archive, per_message_cap=4000)
+        expanded = expand_markers("\n".join(m.content for m in out), archive)
+        assert all(m.content in expanded for m in h)

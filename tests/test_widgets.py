@@ -1,0 +1,364 @@
+"""Headless state tests for contextkit.widgets (no kernel: ipywidgets uses a dummy comm).
+
+Events are the contract between the session and the panels. Most tests drive hand-made events
+through a real EventLog and a real in-memory Archive on a small stand-in object with the
+Session's read-only attributes (SESSION_API.md), so every event sequence the panels must handle
+can be produced exactly; ``test_widgets_live_session`` drives a real Session against the
+simulator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pytest
+
+from contextkit.archive import Archive
+from contextkit.errors import UsageError
+from contextkit.events import (
+    ArchiveEvent,
+    CapEvent,
+    CompactionEvent,
+    EventLog,
+    HistoryEvent,
+    NoticeEvent,
+    RecoveryEvent,
+    RequestEvent,
+)
+from contextkit.markers import marker
+from contextkit.messages import Message
+from contextkit.settings import Limits
+from contextkit.widgets import ArchiveBrowser, Dashboard, HistoryGauge, PhaseTimeline, archive_html, session_html
+from contextkit.widgets.html import COLOURS
+from contextkit.widgets.timeline import timeline_rows
+
+CAP = 100_000
+WINDOW = 32_000
+
+
+@dataclass
+class Stats:
+    requests: int = 0
+    compactions: int = 0
+    failures_by_kind: dict[str, int] = field(default_factory=dict)
+    summarizer_cost: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Measure:
+    bytes: int
+    tokens: int
+    messages: int
+
+
+@dataclass
+class StandIn:
+    """The attributes of contextkit.Session that the panels read, nothing else."""
+
+    events: EventLog = field(default_factory=EventLog)
+    history: list[Message] = field(default_factory=list)
+    archive: Archive | None = field(default_factory=Archive.in_memory)
+    limits: Limits = field(default_factory=lambda: Limits(max_payload=CAP, context_window=WINDOW))
+    payload_cap: int | None = CAP
+    context_window: int = WINDOW
+    cap_source: str | None = "configured"
+    model: str = "openai/sim-model"
+    session_id: str = "s-test"
+    stats: Stats = field(default_factory=Stats)
+
+    def measure(self) -> Measure:
+        return Measure(bytes=sum(len(m.content) for m in self.history), tokens=0, messages=len(self.history))
+
+
+def history_event(nbytes: int, tokens: int = 1000, messages: int = 6, cap: int | None = CAP) -> HistoryEvent:
+    return HistoryEvent(messages=messages, bytes=nbytes, tokens=tokens, cap_bytes=cap, context_window=WINDOW)
+
+
+# -- gauge ----------------------------------------------------------------------------------------
+def test_gauge_colour_follows_pressure_and_labels_show_sizes() -> None:
+    s = StandIn(history=[Message.system("be brief"), Message.user("hi")])
+    gauge = HistoryGauge(s)
+    assert (gauge.messages, gauge.request_bytes, gauge.cap_bytes) == (2, len("be brief") + 2, CAP)
+    assert gauge.state == "green"
+
+    s.events.append(history_event(50_000, tokens=8_000))
+    assert (gauge.request_bytes, gauge.tokens, gauge.messages) == (50_000, 8_000, 6)
+    assert gauge.bytes_ratio == pytest.approx(0.5) and gauge.tokens_ratio == pytest.approx(0.25)
+    assert (gauge.state, gauge.colour) == ("green", COLOURS["green"])
+    assert "48.8 KB" in gauge.bytes_bar.value and "97.7 KB configured cap" in gauge.bytes_bar.value
+    assert "width:50.0%" in gauge.bytes_bar.value and "ck-preflight" in gauge.bytes_bar.value
+    assert "left:85.0%" in gauge.bytes_bar.value
+    assert "8,000" in gauge.tokens_bar.value and "32,000 window" in gauge.tokens_bar.value
+
+    s.events.append(history_event(72_000, tokens=8_000))
+    assert (gauge.state, gauge.colour) == ("amber", COLOURS["amber"])
+    # tokens dominate: bytes are low but the window is nearly full
+    s.events.append(history_event(10_000, tokens=28_000, messages=40))
+    assert gauge.pressure == pytest.approx(28_000 / WINDOW)
+    assert (gauge.state, gauge.colour) == ("red", COLOURS["red"])
+    assert "40 messages" in gauge.info.value and "88% red" in gauge.info.value
+    s.events.append(history_event(120_000, tokens=1_000))
+    assert gauge.bytes_ratio == pytest.approx(1.2) and "width:100.0%" in gauge.bytes_bar.value
+    assert "120%" in gauge.bytes_bar.value and gauge.last_error is None
+
+
+def test_gauge_shows_learned_cap_and_how_it_was_learned() -> None:
+    s = StandIn(payload_cap=None, cap_source=None, limits=Limits(context_window=WINDOW))
+    gauge = HistoryGauge(s)
+    s.events.append(history_event(90_000, cap=None))
+    assert gauge.cap_bytes is None and gauge.state == "green"
+    assert "no payload cap" in gauge.bytes_bar.value and "ck-preflight" not in gauge.bytes_bar.value
+
+    s.events.append(NoticeEvent(code="learned_cap", text="gateway rejected 120 KB; learned cap 96 KB", level="warning"))
+    s.events.append(CapEvent(cap_bytes=98_304, rejected_bytes=122_880, source="learned"))
+    assert gauge.cap_source == "learned" and gauge.cap_bytes == 98_304
+    assert gauge.cap_detail == "learned 96.0 KB after a rejected 120.0 KB request"
+    assert "learned 96.0 KB after a rejected 120.0 KB request" in gauge.info.value
+    assert "gateway rejected 120 KB" in gauge.info.value
+    assert gauge.state == "red"  # 90 KB of a 96 KB cap
+    s.events.append(history_event(30_000, cap=98_304))
+    assert gauge.state == "green" and "96.0 KB learned cap" in gauge.bytes_bar.value
+
+
+def test_gauge_replays_past_events_and_ignores_stale_sizes() -> None:
+    s = StandIn()
+    s.events.append(history_event(10_000))
+    s.events.append(history_event(80_000))
+    gauge = HistoryGauge(s)  # created after the events: built from the replay, not from measure()
+    assert gauge.request_bytes == 80_000 and gauge.state == "amber"
+    stale = s.events[0]
+    gauge._feed._on_event(stale)  # a slower thread delivering an older event late
+    assert gauge.request_bytes == 80_000
+
+
+def test_gauge_honours_a_custom_preflight_ratio() -> None:
+    s = StandIn(limits=Limits(max_payload=CAP, context_window=WINDOW, preflight_ratio=0.75))
+    gauge = HistoryGauge(s)
+    s.events.append(history_event(76_000))
+    assert gauge.state == "red" and "left:75.0%" in gauge.bytes_bar.value
+
+
+# -- timeline -------------------------------------------------------------------------------------
+def test_timeline_running_row_is_replaced_by_its_result() -> None:
+    s = StandIn()
+    timeline = PhaseTimeline(s)
+    assert timeline.rows == [] and timeline.running == "" and "no compaction or recovery yet" in timeline.table.value
+    s.events.append(CompactionEvent(trigger="auto", phase="microcompact", level=1, outcome="applied",
+                                    bytes_before=90_000, bytes_after=60_000, messages_before=30, messages_after=30,
+                                    detail="3 truncated, 2 summarized"))
+    s.events.append(CompactionEvent(trigger="auto", phase="summarize", level=2, outcome="running",
+                                    bytes_before=60_000, messages_before=30, status="Summarizing 22 messages…"))
+    assert len(timeline.rows) == 2 and timeline.rows[1]["outcome"] == "running"
+    assert timeline.running == "summarize (L2): Summarizing 22 messages…"
+    assert "ck-running-line" in timeline.status.value and "Summarizing 22 messages" in timeline.status.value
+    assert 'class="ck-row ck-running"' in timeline.table.value and "58.6 KB → …" in timeline.table.value
+
+    s.events.append(CompactionEvent(trigger="auto", phase="summarize", level=2, outcome="applied",
+                                    bytes_before=60_000, bytes_after=12_000, messages_before=30, messages_after=9,
+                                    summarizer_prompt_tokens=1200, summarizer_completion_tokens=300,
+                                    summarizer_cost=0.0042, identifier_retention=0.9, detail="summary accepted"))
+    assert len(timeline.rows) == 2 and timeline.running == ""
+    row = timeline.rows[1]
+    assert (row["n"], row["phase"], row["outcome"], row["size"], row["msgs"]) == (
+        2, "summarize (L2)", "applied", "58.6 KB → 11.7 KB", "30 → 9")
+    assert row["cost"] == "$0.0042 (1200+300 tok)" and "ids kept 90%" in row["detail"]
+    assert "ck-row ck-running" not in timeline.table.value and timeline.table.value.count('class="ck-row ck-applied"') == 2
+    assert "ck-idle-line" in timeline.status.value
+
+
+def test_timeline_recovery_rows_show_kind_level_and_final_outcome() -> None:
+    s = StandIn()
+    timeline = PhaseTimeline(s)
+    s.events.append(RecoveryEvent(failure_kind="payload_too_large", reason="403 from gateway", level=1, attempt=1,
+                                  bytes_before=130_000, bytes_after=70_000, messages_before=40, messages_after=40,
+                                  outcome="retrying"))
+    assert timeline.rows[0]["trigger"] == "payload_too_large: 403 from gateway"
+    assert timeline.rows[0]["phase"] == "level 1 · attempt 1" and timeline.rows[0]["outcome"] == "retrying"
+    s.events.append(RecoveryEvent(failure_kind="payload_too_large", level=1, attempt=1, bytes_before=130_000,
+                                  bytes_after=70_000, outcome="recovered", archived_keys=("a" * 16,)))
+    assert len(timeline.rows) == 1 and timeline.rows[0]["outcome"] == "recovered"
+    assert timeline.rows[0]["failure_kind"] == "payload_too_large" and timeline.rows[0]["detail"] == "1 archived"
+    s.events.append(RecoveryEvent(failure_kind="context_overflow", level=2, attempt=2, outcome="failed"))
+    assert [r["outcome"] for r in timeline.rows] == ["recovered", "failed"]
+    assert 'class="ck-row ck-failed"' in timeline.table.value
+
+
+def test_timeline_done_closes_the_run_and_rows_are_bounded() -> None:
+    rows: list[dict[str, Any]] = []
+    rows = timeline_rows(rows, CompactionEvent(phase="start", outcome="running", bytes_before=5000))
+    rows = timeline_rows(rows, CompactionEvent(phase="summarize", level=2, outcome="running"))
+    before = rows
+    rows = timeline_rows(rows, CompactionEvent(phase="done", outcome="cancelled", bytes_before=5000, bytes_after=5000))
+    assert len(before) == 2 and before[0]["outcome"] == "running"  # the reducer never mutates its input
+    assert [(r["phase_name"], r["outcome"]) for r in rows] == [("done", "cancelled"), ("summarize", "cancelled")]
+    assert timeline_rows(rows, RequestEvent()) is rows
+    for i in range(10):
+        rows = timeline_rows(rows, CompactionEvent(phase="trim", outcome="skipped", turn=i), max_rows=5)
+    assert len(rows) == 5 and rows[-1]["n"] == 12 and rows[0]["turn"] == 5
+
+
+# -- archive browser ------------------------------------------------------------------------------
+def _archived_session() -> tuple[StandIn, str, str]:
+    s = StandIn()
+    assert s.archive is not None
+    config = "def parse_config(path):\n    return toml.load(path)\n" * 30
+    key1 = s.archive.put(config, kind="tool_result", origin={"tool": "read_file", "path": "src/config.py"}, turn=1)
+    key2 = s.archive.put("pytest output: 3 failed, 12 passed\n" * 40, kind="tool_result", origin="run_tests", turn=2)
+    assert key1 and key2
+    s.history = [
+        Message.system("sys"),
+        Message.user("read the config"),
+        Message.assistant("ok"),
+        Message.user(f"[Old tool result cleared] {marker(key1)}"),
+    ]
+    return s, key1, key2
+
+
+def test_archive_browser_lists_entries_shows_content_and_stub() -> None:
+    s, key1, key2 = _archived_session()
+    browser = ArchiveBrowser(s)
+    assert [r["key"] for r in browser.entries] == [key1, key2]
+    first = browser.entries[0]
+    assert (first["kind"], first["turn"]) == ("tool_result", 1) and "read_file src/config.py" in first["origin"]
+    assert first["size"] == "1.5 KB" and first["bytes"] == 1530
+    assert browser.table.value.count('class="ck-row"') == 2 and "<span class='ck-archive-count'>2</span>" in (
+        browser.header.value)
+    assert [v for _, v in browser.entry_list.options] == [key1, key2]
+
+    browser.entry_list.value = key1  # what a click in the list does
+    assert browser.selected_key == key1
+    assert browser.content.value.startswith("def parse_config(path):")
+    assert browser.stub_indices == [3] and "history[3] (user)" in browser.stub.value
+
+    # the stub moves when the history changes; the view follows on the HistoryEvent
+    s.history = [Message.system("sys"), Message.user(f"summary {marker(key1)}")]
+    s.events.append(history_event(1000, messages=2))
+    assert browser.stub_indices == [1]
+    s.history = [Message.system("sys")]
+    s.events.append(history_event(100, messages=1))
+    assert browser.stub_indices == [] and "not in the live history" in browser.stub.value
+    assert browser.last_error is None
+
+
+def test_archive_browser_follows_archive_events_and_searches() -> None:
+    s, key1, key2 = _archived_session()
+    browser = ArchiveBrowser(s)
+    assert s.archive is not None
+    key3 = s.archive.put("tokenizer vocabulary table\n" * 50, kind="transcript", origin="compaction", turn=5)
+    assert key3
+    s.events.append(ArchiveEvent(action="put", key=key3, kind="transcript", bytes=1350, origin="compaction", turn=5))
+    s.events.append(ArchiveEvent(action="put", key=key3, kind="transcript", bytes=1350, origin="compaction", turn=5))
+    assert [r["key"] for r in browser.entries] == [key1, key2, key3]
+    assert browser.entries[2]["size"] == "1.3 KB" and browser.entries[2]["turn"] == 5
+
+    browser.search.value = "parse_config"  # typing + Enter in the search box
+    assert browser.query == "parse_config" and browser.visible_keys == [key1]
+    assert "<b>1</b> matching entries" in browser.results.value and f"&lt;&lt;ccr:{key1}&gt;&gt;" in browser.results.value
+    assert [v for _, v in browser.entry_list.options] == [key1]
+    browser.search_for("nothing-matches-this")
+    assert browser.visible_keys == [] and "<b>0</b> matching entries" in browser.results.value
+    browser.clear_button.click()
+    assert browser.query == "" and browser.visible_keys == [key1, key2, key3] and browser.results.value == ""
+
+
+def test_archive_browser_on_an_archive_alone_and_bad_input() -> None:
+    archive = Archive.in_memory()
+    browser = ArchiveBrowser(archive)
+    assert browser.entries == [] and "no archived content yet" in browser.table.value
+    key = archive.put("some long text " * 10, kind="message", origin="user", turn=0)
+    assert key
+    browser.refresh()
+    assert [r["key"] for r in browser.entries] == [key]
+    browser.select(key)
+    assert browser.content.value.startswith("some long text") and "open the browser on a session" in browser.stub.value
+    browser.select("0" * 16)
+    assert "is not in this archive" in browser.content.value
+    with pytest.raises(UsageError, match="ArchiveBrowser needs a contextkit Session or Archive"):
+        ArchiveBrowser(object())
+    no_archive = ArchiveBrowser(StandIn(archive=None))
+    assert "this session has no archive" in no_archive.header.value
+    with pytest.raises(UsageError, match="HistoryGauge needs a contextkit Session"):
+        HistoryGauge({"events": []})
+
+
+# -- dashboard, threads, fallbacks ----------------------------------------------------------------
+def test_dashboard_combines_panels_and_updates_stats() -> None:
+    s, _, _ = _archived_session()
+    dash = Dashboard(s)
+    assert dash.stats.stats["requests"] == 0 and "ck-stats-table" in dash.stats.table.value
+    s.stats.requests, s.stats.failures_by_kind = 3, {"payload_too_large": 1}
+    s.events.append(RequestEvent(bytes=5000, outcome="ok"))
+    assert dash.stats.stats["requests"] == 3 and "payload_too_large=1" in dash.stats.table.value
+    s.events.append(history_event(90_000))
+    assert dash.gauge.state == "red" and len(dash.browser.entries) == 2
+    subscribers = len(s.events._subscribers)
+    assert subscribers == 4
+    dash.close()
+    assert len(s.events._subscribers) == 0
+    s.events.append(history_event(1_000))
+    assert dash.gauge.request_bytes == 90_000 and dash.last_error is None
+
+
+def test_updates_from_background_threads_and_asyncio_tasks() -> None:
+    s = StandIn()
+    gauge, timeline = HistoryGauge(s), PhaseTimeline(s)
+    worker = threading.Thread(target=lambda: s.events.append(history_event(88_000, messages=12)))
+    worker.start()
+    worker.join()
+    assert gauge.request_bytes == 88_000 and gauge.state == "red" and gauge.messages == 12
+
+    def burst(n: int) -> None:
+        for i in range(25):
+            s.events.append(CompactionEvent(phase="trim", outcome="applied", turn=n * 100 + i))
+            s.events.append(history_event(1_000 + n))
+
+    threads = [threading.Thread(target=burst, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(timeline.rows) == 100 and [r["n"] for r in timeline.rows] == list(range(1, 101))
+    assert sorted(r["turn"] for r in timeline.rows) == sorted(n * 100 + i for n in range(4) for i in range(25))
+    last_history = max((e for e in s.events if isinstance(e, HistoryEvent)), key=lambda e: e.seq)
+    assert gauge.request_bytes == last_history.bytes  # the newest sizes win whatever the thread order
+
+    async def task() -> None:
+        await asyncio.sleep(0)
+        s.events.append(CompactionEvent(phase="summarize", outcome="running", status="in flight"))
+
+    asyncio.run(task())
+    assert timeline.running == "summarize: in flight"
+    assert gauge.last_error is None and timeline.last_error is None
+
+
+def test_html_fallbacks_need_no_ipywidgets() -> None:
+    s, key1, _ = _archived_session()
+    s.stats.requests = 7
+    page = session_html(s)
+    assert "contextkit session s-test" in page and "openai/sim-model" in page and ">requests<" in page
+    assert ">7<" in page and "archive entries" in page and "ck-preflight" in page
+    page = archive_html(s.archive)
+    assert "2 entries" in page and key1 in page and "read_file src/config.py" in page
+    assert "empty" in archive_html(Archive.in_memory())
+    code = (
+        "import sys; sys.modules['ipywidgets'] = None\n"
+        "import contextkit, contextkit.widgets as w\n"
+        "assert 'traitlets' not in sys.modules, 'widgets package pulled in traitlets'\n"
+        "assert callable(w.session_html) and callable(w.archive_html)\n"
+        "try:\n    w.Dashboard\nexcept ImportError as e:\n    print('ok', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ok contextkit.widgets.Dashboard needs ipywidgets")
+    out = subprocess.run([sys.executable, "-c", "import sys, contextkit; print(sorted(m for m in sys.modules "
+                          "if m.startswith(('contextkit.widgets', 'ipywidgets'))))"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
