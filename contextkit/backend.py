@@ -30,6 +30,8 @@ def litellm() -> Any:
                     warnings.simplefilter("ignore")
                     import litellm as module
 
+                # litellm's pydantic models warn about ReadOnly TypedDict items on first use; noise for users.
+                warnings.filterwarnings("ignore", message=r".*ReadOnly.*", category=UserWarning)
                 module.suppress_debug_info = True
                 module.telemetry = False
                 _litellm = module

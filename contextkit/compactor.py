@@ -94,7 +94,8 @@ class Compactor:
         run.events.append(event)
         if self.events is not None:
             self.events.append(event)
-        if self.status is not None and status:
+        # Level-1 steps that changed nothing stay in the event log but not on the status line.
+        if self.status is not None and status and not (outcome == "skipped" and level == 1):
             self.status(status)
 
     def _notice(self, code: str, text: str) -> None:
@@ -167,14 +168,10 @@ class Compactor:
         )
         self._level1(run, info)
         if run.bytes <= budget and not force_summary:
-            self._emit(
-                run,
-                info,
-                "trim",
-                f"Trim was enough ({size0} -> {format_size(run.bytes)})",
-                "applied" if run.level else "skipped",
-                1,
-            )
+            if run.level:
+                self._emit(run, info, "trim", f"Trim was enough ({size0} -> {format_size(run.bytes)})", "applied", 1)
+            else:
+                self._emit(run, info, "trim", f"Already within budget ({size0} <= {format_size(budget)})", "skipped", 1)
             return
         since = (len(run.history), run.bytes, run.tokens())
         new, report = shrink.cap_verbatim(run.history, budget=budget, measure=run.measure, archive=self.archive)

@@ -17,41 +17,55 @@ from typing import Any
 from contextkit.sizing import format_size
 
 
-def run_demo(out_dir: str | Path = "contextkit-demo", *, steps: int = 30, quiet: bool = False) -> dict[str, Any]:
+def run_demo(
+    out_dir: str | Path = "contextkit-demo",
+    *,
+    steps: int = 30,
+    target_bytes: int = 40_000,
+    max_result_chars: int = 60_000,
+    quiet: bool = False,
+) -> dict[str, Any]:
     from contextkit.archive import Archive
     from contextkit.session import Session
     from contextkit.settings import Limits
-    from contextkit.sim import AgentScript, GatewaySimulator, Workspace
+    from contextkit.sim import GatewaySimulator, Workspace, agent_steps
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     archive_path = out / "archive.sqlite"
-    workspace = Workspace(seed=7, target_bytes=36_000)
-    script = AgentScript.seeded(seed=7, steps=steps)
+    workspace = Workspace(seed=7, target_bytes=target_bytes)
+    plan = agent_steps(seed=7, steps=steps)
 
     def say(text: str) -> None:
         if not quiet:
             print(f"  | {text}", file=sys.stderr, flush=True)
 
     started = time.monotonic()
-    with GatewaySimulator(context_window=32_000, max_body="128KB", reject_with="waf403", agent=script) as gw:
-        say(
-            f"simulator on {gw.api_base}: 32k-token window, 128 KB Cloudflare-style gateway (cap unknown to the session)"
-        )
+    with GatewaySimulator(context_window=128_000, max_body="128KB", reject_with="waf403") as gw:
+        say(f"simulator on {gw.api_base}: a 128k-token model behind a 128 KB Cloudflare-style gateway")
+        say("the session does not know the gateway's cap; its tools return 30-100 KB outputs")
         session = Session(
             gw.model,
             api_base=gw.api_base,
             api_key="sim-key",
             system="You are a careful coding agent. Read files, then report what you found.",
-            limits=Limits(context_window=32_000),
+            limits=Limits(context_window=128_000, tool_result_max_chars=max_result_chars),
             archive=Archive(archive_path, session_id="demo"),
             tools=list(workspace.tools.values()),
             session_id="demo",
             status=say,
         )
-        reply = session.send(
-            "Investigate the service: read the relevant files, grep, check the logs.", max_rounds=steps + 10
-        )
+        reply = session.send("We are investigating the inventory service. Start with the code, then the logs.")
+        for i, (tool, args) in enumerate(plan, 1):
+            # Each turn the (scripted) model calls one tool; the directive tells the simulator which.
+            reply = session.send(f"[[tool:{tool} {json.dumps(args)}]] step {i}/{len(plan)}: {tool}")
+            if i == len(plan) // 2:
+                say("the user pastes a 160 KB production log: bigger than the gateway allows")
+                log = workspace.tail_log(2_600).content
+                reply = session.send("Here is the full crash log from production, please keep it in mind:\n" + log)
+        say("manual compaction with an instruction (a Level-2 summary by the simulator's summarizer)")
+        session.compact("keep every file path, line number and command")
+        reply = session.send("What is left to do?")
         session.save(out / "session.json")
         requests = gw.requests
     events_path = out / "events.jsonl"

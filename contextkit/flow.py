@@ -122,6 +122,7 @@ class FlowContext:
     tools: list[dict[str, Any]]
     params: Mapping[str, Any]
     notify: Callable[[str, str, str], None]
+    summarizer_window: int | None = None
     probe: PrefixProbe = field(default_factory=PrefixProbe)
 
 
@@ -219,17 +220,31 @@ def compact_if_needed(ctx: FlowContext, *, trigger: str = "auto") -> Flow:
     if m.bytes <= budget:
         return
     result = yield from ctx.compactor.flow(
-        st.history, trigger=trigger, budget=budget, measure=lambda h: measure(ctx, h).bytes
+        st.history,
+        trigger=trigger,
+        budget=budget,
+        measure=lambda h: measure(ctx, h).bytes,
+        summarizer_window=summarizer_window(ctx),
     )
     if result.changed:
         st.history = list(result.history)
         emit_history(ctx, "compaction")
 
 
+def summarizer_window(ctx: FlowContext) -> int | None:
+    """The summarizer's window, shrunk so its request also fits the payload cap: the summary input
+    is budgeted at half the window at 4 chars per token, so cap // 4 keeps it near half the cap."""
+    window = ctx.summarizer_window
+    cap = ctx.state.cap
+    if cap:
+        return min(window, cap // 4) if window else cap // 4
+    return window
+
+
 def outgoing(ctx: FlowContext) -> tuple[list[Message], Measure]:
     """The request copy: pairing repaired, tool-result budgets applied (persistent history keeps full results)."""
     st = ctx.state
-    repaired, report = repair_tool_pairing(st.history)
+    repaired, report = repair_tool_pairing(st.history, archive=ctx.archive)
     if report.changed:
         st.history = repaired
     out, _ = enforce_tool_result_budgets(
@@ -380,10 +395,11 @@ def turn_flow(ctx: FlowContext, new_messages: Sequence[Message], *, stream: bool
     level = 0
     retries = 0
     rejected_bodies: set[str] = set()
-    turn_boundary(ctx)
-    yield from compact_if_needed(ctx)
 
     for _round in range(max_rounds * 4):
+        # Every request is a turn boundary in an agent loop: age tool results, then pre-flight.
+        turn_boundary(ctx)
+        yield from compact_if_needed(ctx)
         out, sent = outgoing(ctx)
         wire = to_wire_list(out)
         body = _body(wire, ctx.tools)

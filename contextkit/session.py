@@ -35,6 +35,7 @@ from contextkit.flow import (
     Sleep,
     emit_history,
     measure,
+    summarizer_window,
     turn_flow,
 )
 from contextkit.messages import Message, ToolCall, from_wire, message_from_dict, message_to_dict
@@ -188,6 +189,7 @@ class Session:
                 budget=max(1, current // 2),
                 measure=lambda h: measure(ctx, h).bytes,
                 instruction=instruction,
+                summarizer_window=summarizer_window(ctx),
             )
             result = self._drive(flow)
             if result.changed:
@@ -283,6 +285,13 @@ class Session:
             return None
         return Path(path).parent / "workbench" / f"{self.session_id}.md"
 
+    def _summarizer_window(self) -> int | None:
+        window = getattr(self.summarizer, "window_tokens", None)
+        if window:
+            return int(window)
+        # The session's own (possibly configured) window when it also summarizes.
+        return self._state.context_window if self.summarizer.model == self.model else None
+
     def _notify_status(self, text: str) -> None:
         if self._status is not None:
             self._status(text)
@@ -306,6 +315,7 @@ class Session:
                 tools=self.tool_schemas,
                 params=params,
                 notify=self._notify,
+                summarizer_window=self._summarizer_window(),
             )
             self._ctx = ctx
         return ctx

@@ -63,7 +63,11 @@ def _log() -> EventLog:
                         bytes_after=20_000, summarizer_prompt_tokens=900, summarizer_completion_tokens=100,
                         summarizer_cost=0.002, identifier_retention=0.75))  # fmt: skip
     add(CompactionEvent(session_id="a", turn=3, phase="microcompact", level=1, outcome="skipped"))
-    add(CompactionEvent(session_id="a", turn=3, phase="done", level=2, outcome="applied", bytes_before=120_000, bytes_after=20_000))
+    add(
+        CompactionEvent(
+            session_id="a", turn=3, phase="done", level=2, outcome="applied", bytes_before=120_000, bytes_after=20_000
+        )
+    )
     # a second session, interleaved: its own request index and cap
     add(RequestEvent(session_id="b", turn=1, bytes=5, purpose="turn"))
     add(RecoveryEvent(session_id="b", turn=1, failure_kind="payload_too_large", level=2, outcome="retrying"))
@@ -203,6 +207,12 @@ def _spec(chart: Any) -> dict[str, Any]:
     return spec
 
 
+def _rows(spec: dict[str, Any], node: dict[str, Any]) -> list[dict[str, Any]]:
+    """The data rows of ``node`` (altair moves inline data to the top-level ``datasets``)."""
+    data = node.get("data") or spec["data"]  # layers sharing one data source inherit the top one
+    return data["values"] if "values" in data else spec["datasets"][data["name"]]
+
+
 def test_real_session_frames_have_the_schemas_and_the_incident(real: Frames) -> None:
     assert real.requests.schema == REQUESTS_SCHEMA
     assert real.compactions.schema == COMPACTIONS_SCHEMA
@@ -220,7 +230,7 @@ def test_level_outcomes_chart_on_a_real_session(real: Frames) -> None:
     assert spec["facet"]["field"] == "metric"
     enc = spec["spec"]["encoding"]
     assert (enc["x"]["field"], enc["y"]["field"], enc["color"]["field"]) == ("label", "value", "source")
-    rows = spec["data"]["values"]
+    rows = _rows(spec, spec)
     fired = {r["label"]: r["value"] for r in rows if r["metric"] == "times fired"}
     assert fired == {r["label"]: float(r["fired"]) for r in table.iter_rows(named=True)}
     assert {r["metric"] for r in rows} >= {"times fired", "success rate", "mean bytes freed", "cost (USD)"}
@@ -231,15 +241,15 @@ def test_history_vs_cap_chart_on_a_real_session(real: Frames) -> None:
     layers = spec["layer"]
     line = layers[0]
     assert (line["encoding"]["x"]["field"], line["encoding"]["y"]["field"]) == ("request_index", "bytes")
-    assert [r["bytes"] for r in line["data"]["values"]] == real.requests["bytes"].to_list()
+    assert [r["bytes"] for r in _rows(spec, line)] == real.requests["bytes"].to_list()
     by_field = {layer["encoding"].get("y", {}).get("field"): layer for layer in layers[1:]}
     cap = by_field["cap_bytes"]  # the cap learned from the WAF rejection
-    assert all(r["cap_bytes"] is not None for r in cap["data"]["values"])
-    rejected = [layer for layer in layers if layer["mark"].get("shape") == "cross"][0]
-    assert [r["outcome"] for r in rejected["data"]["values"]] == ["rejected"]
-    rules = [layer for layer in layers if layer["mark"]["type"] == "rule"][0]
+    assert all(r["cap_bytes"] is not None for r in _rows(spec, cap))
+    rejected = next(layer for layer in layers if layer["mark"].get("shape") == "cross")
+    assert [r["outcome"] for r in _rows(spec, rejected)] == ["rejected"]
+    rules = next(layer for layer in layers if layer["mark"]["type"] == "rule")
     assert rules["encoding"]["color"]["field"] == "phase"
-    assert {r["phase"] for r in rules["data"]["values"]} >= {"summarize"}
+    assert {r["phase"] for r in _rows(spec, rules)} >= {"summarize"}
 
 
 def test_retention_chart_on_a_real_session(real: Frames) -> None:
@@ -247,14 +257,14 @@ def test_retention_chart_on_a_real_session(real: Frames) -> None:
     points = spec["layer"][0]
     assert (points["encoding"]["x"]["field"], points["encoding"]["y"]["field"]) == ("level", "identifier_retention")
     expected = real.compactions.drop_nulls("identifier_retention")["identifier_retention"].to_list()
-    assert [r["identifier_retention"] for r in spec["data"]["values"]] == expected
+    assert [r["identifier_retention"] for r in _rows(spec, points)] == expected
     assert expected and all(0.0 <= v <= 1.0 for v in expected)
 
 
 def test_prefix_reuse_chart_on_a_real_session(real: Frames) -> None:
     spec = _spec(prefix_reuse_chart(real))
     assert (spec["encoding"]["x"]["field"], spec["encoding"]["y"]["field"]) == ("request_index", "prefix_share")
-    rows = spec["data"]["values"]
+    rows = _rows(spec, spec)
     assert len(rows) == real.requests.height - 1  # the first request has no previous body
     assert [r["prefix_share"] for r in rows] == real.requests["prefix_share"].drop_nulls().to_list()
 

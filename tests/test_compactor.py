@@ -504,3 +504,46 @@ def test_pipeline_invariants(h: list[Message], ratio: float, mode: str, trigger:
     # fixed overhead of a fully compacted history: notice, pointer stubs, 4 kept messages at their floors
     if measure(systems) + 4_000 < budget:
         assert result.within_budget, (result.bytes_after, budget, result.reports)
+
+
+def test_flow_is_sans_io() -> None:
+    """Drive the generator by hand: it yields requests and takes responses or exception objects."""
+    compactor, _, _ = make()
+    gen = compactor.flow(big_fixture(), trigger="auto", budget=4200, measure=measure)
+    first = next(gen)
+    assert isinstance(first, SummaryRequest) and first.attempt == 1
+    second = gen.send(ConnectionError("network down"))  # a failed call, not a summary
+    assert second.attempt == 2 and second.prompt == first.prompt
+    with pytest.raises(StopIteration) as stop:
+        gen.send(SummaryResponse("## Files Read\n- none\n" * 10, 10, 5, 0.0, "m"))
+    result = stop.value.value
+    assert result.level == 3 and result.summary_calls == 2  # the summary did not fit: Level 3 ran too
+    assert ("summarize", "applied") in phases(result) and compactor.backoff == 2
+    assert result.history[1].content.startswith("[CONTEXT TRUNCATED: ")
+
+
+def test_acompact_runs_a_sync_only_summarizer_in_a_thread() -> None:
+    class SyncOnly:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def summarize(self, request: SummaryRequest) -> SummaryResponse:
+            self.calls += 1
+            return SummaryResponse(GOOD)
+
+    compactor, _, _ = make()
+    sync_only = SyncOnly()
+    result = asyncio.run(
+        compactor.acompact(fixture(), summarizer=sync_only, trigger="manual", budget=10**6, measure=measure)  # type: ignore[arg-type]
+    )
+    assert result.level == 2 and sync_only.calls == 1
+
+
+def test_short_history_never_calls_the_summarizer() -> None:
+    """research §7.6: [sys, u, a, u2] with MinKeepRecent 2 -> unchanged, summarizer never called."""
+    compactor, _, _ = make()
+    h = [Message.system("s"), Message.user("u"), Message.assistant("a"), Message.user("u2")]
+    summarizer = ScriptedSummarizer(RuntimeError("must not be called"))
+    result = compactor.compact(h, summarizer=summarizer, trigger="manual", budget=10**6, measure=measure)
+    assert summarizer.calls == 0 and result.outcome == "skipped" and result.history == h
+    assert any(e.detail == "too_small" for e in result.events)

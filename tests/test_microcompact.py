@@ -42,9 +42,9 @@ def test_age_two_truncates_with_one_marker_and_exact_preview():
 
 def test_age_one_and_small_results_untouched():
     sink = MemorySink()
-    out, r = microcompact(fixture(CONTENT, 1), archive=sink)
+    _, r = microcompact(fixture(CONTENT, 1), archive=sink)
     assert not r.changed and len(sink) == 0
-    _out, r = microcompact(fixture("x" * 2999, 6), archive=sink)
+    _, r = microcompact(fixture("x" * 2999, 6), archive=sink)
     assert not r.changed
 
 

@@ -151,41 +151,93 @@ def test_timeline_running_row_is_replaced_by_its_result() -> None:
     s = StandIn()
     timeline = PhaseTimeline(s)
     assert timeline.rows == [] and timeline.running == "" and "no compaction or recovery yet" in timeline.table.value
-    s.events.append(CompactionEvent(trigger="auto", phase="microcompact", level=1, outcome="applied",
-                                    bytes_before=90_000, bytes_after=60_000, messages_before=30, messages_after=30,
-                                    detail="3 truncated, 2 summarized"))
-    s.events.append(CompactionEvent(trigger="auto", phase="summarize", level=2, outcome="running",
-                                    bytes_before=60_000, messages_before=30, status="Summarizing 22 messages…"))
+    s.events.append(
+        CompactionEvent(
+            trigger="auto",
+            phase="microcompact",
+            level=1,
+            outcome="applied",
+            bytes_before=90_000,
+            bytes_after=60_000,
+            messages_before=30,
+            messages_after=30,
+            detail="3 truncated, 2 summarized",
+        )
+    )
+    s.events.append(
+        CompactionEvent(
+            trigger="auto",
+            phase="summarize",
+            level=2,
+            outcome="running",
+            bytes_before=60_000,
+            messages_before=30,
+            status="Summarizing 22 messages…",
+        )
+    )
     assert len(timeline.rows) == 2 and timeline.rows[1]["outcome"] == "running"
     assert timeline.running == "summarize (L2): Summarizing 22 messages…"
     assert "ck-running-line" in timeline.status.value and "Summarizing 22 messages" in timeline.status.value
     assert 'class="ck-row ck-running"' in timeline.table.value and "58.6 KB → …" in timeline.table.value
 
-    s.events.append(CompactionEvent(trigger="auto", phase="summarize", level=2, outcome="applied",
-                                    bytes_before=60_000, bytes_after=12_000, messages_before=30, messages_after=9,
-                                    summarizer_prompt_tokens=1200, summarizer_completion_tokens=300,
-                                    summarizer_cost=0.0042, identifier_retention=0.9, detail="summary accepted"))
+    s.events.append(
+        CompactionEvent(
+            trigger="auto",
+            phase="summarize",
+            level=2,
+            outcome="applied",
+            bytes_before=60_000,
+            bytes_after=12_000,
+            messages_before=30,
+            messages_after=9,
+            summarizer_prompt_tokens=1200,
+            summarizer_completion_tokens=300,
+            summarizer_cost=0.0042,
+            identifier_retention=0.9,
+            detail="summary accepted",
+        )
+    )
     assert len(timeline.rows) == 2 and timeline.running == ""
     row = timeline.rows[1]
     assert (row["n"], row["phase"], row["outcome"], row["size"], row["msgs"]) == (
-        2, "summarize (L2)", "applied", "58.6 KB → 11.7 KB", "30 → 9")
+        2,
+        "summarize (L2)",
+        "applied",
+        "58.6 KB → 11.7 KB",
+        "30 → 9",
+    )
     assert row["cost"] == "$0.0042 (1200+300 tok)" and "ids kept 90%" in row["detail"]
-    assert "ck-row ck-running" not in timeline.table.value and timeline.table.value.count('class="ck-row ck-applied"') == 2
+    assert (
+        "ck-row ck-running" not in timeline.table.value and timeline.table.value.count('class="ck-row ck-applied"') == 2
+    )
     assert "ck-idle-line" in timeline.status.value
 
 
 def test_timeline_recovery_rows_show_kind_level_and_final_outcome() -> None:
     s = StandIn()
     timeline = PhaseTimeline(s)
-    s.events.append(RecoveryEvent(failure_kind="payload_too_large", reason="403 from gateway", level=1, attempt=1,
-                                  bytes_before=130_000, bytes_after=70_000, messages_before=40, messages_after=40,
-                                  outcome="retrying"))
+    s.events.append(
+        RecoveryEvent(
+            failure_kind="payload_too_large",
+            reason="403 from gateway",
+            level=1,
+            attempt=1,
+            bytes_before=130_000,
+            bytes_after=70_000,
+            messages_before=40,
+            messages_after=40,
+            outcome="retrying",
+        )
+    )
     assert timeline.rows[0]["trigger"] == "payload_too_large: 403 from gateway"
     assert timeline.rows[0]["phase"] == "level 1 · attempt 1" and timeline.rows[0]["outcome"] == "retrying"
-    s.events.append(RecoveryEvent(failure_kind="payload_too_large", level=1, attempt=1, bytes_before=130_000,
-                                  bytes_after=70_000, outcome="recovered", archived_keys=("a" * 16,)))
+    # the session's final step carries only level/attempt and the size that got through
+    s.events.append(
+        RecoveryEvent(level=1, attempt=1, bytes_before=70_000, outcome="recovered", archived_keys=("a" * 16,))
+    )
     assert len(timeline.rows) == 1 and timeline.rows[0]["outcome"] == "recovered"
     assert timeline.rows[0]["failure_kind"] == "payload_too_large" and timeline.rows[0]["detail"] == "1 archived"
+    assert timeline.rows[0]["size"] == "127.0 KB → 68.4 KB" and timeline.rows[0]["trigger"].startswith("payload_too")
     s.events.append(RecoveryEvent(failure_kind="context_overflow", level=2, attempt=2, outcome="failed"))
     assert [r["outcome"] for r in timeline.rows] == ["recovered", "failed"]
     assert 'class="ck-row ck-failed"' in timeline.table.value
@@ -199,10 +251,20 @@ def test_timeline_done_closes_the_run_and_rows_are_bounded() -> None:
     rows = timeline_rows(rows, CompactionEvent(phase="done", outcome="cancelled", bytes_before=5000, bytes_after=5000))
     assert len(before) == 2 and before[0]["outcome"] == "running"  # the reducer never mutates its input
     assert [(r["phase_name"], r["outcome"]) for r in rows] == [("done", "cancelled"), ("summarize", "cancelled")]
+    rows = timeline_rows(rows, CompactionEvent(phase="start", outcome="running", bytes_before=5000))
+    rows = timeline_rows(rows, CompactionEvent(phase="truncate", level=3, outcome="running", bytes_before=5000))
+    rows = timeline_rows(rows, CompactionEvent(phase="shrink", level=3, outcome="applied", bytes_after=4000))
+    rows = timeline_rows(rows, CompactionEvent(phase="done", outcome="applied", bytes_before=5000, bytes_after=4000))
+    assert [(r["phase_name"], r["outcome"]) for r in rows[2:]] == [
+        ("done", "applied"),
+        ("truncate", "ended"),  # reported no result of its own: not claimed as applied
+        ("shrink", "applied"),
+    ]
+    assert rows[3]["size"] == "4.9 KB → ?"
     assert timeline_rows(rows, RequestEvent()) is rows
     for i in range(10):
         rows = timeline_rows(rows, CompactionEvent(phase="trim", outcome="skipped", turn=i), max_rows=5)
-    assert len(rows) == 5 and rows[-1]["n"] == 12 and rows[0]["turn"] == 5
+    assert len(rows) == 5 and rows[-1]["n"] == 15 and rows[0]["turn"] == 5
 
 
 # -- archive browser ------------------------------------------------------------------------------
@@ -230,12 +292,14 @@ def test_archive_browser_lists_entries_shows_content_and_stub() -> None:
     assert (first["kind"], first["turn"]) == ("tool_result", 1) and "read_file src/config.py" in first["origin"]
     assert first["size"] == "1.5 KB" and first["bytes"] == 1530
     assert browser.table.value.count('class="ck-row"') == 2 and "<span class='ck-archive-count'>2</span>" in (
-        browser.header.value)
+        browser.header.value
+    )
     assert [v for _, v in browser.entry_list.options] == [key1, key2]
 
     browser.entry_list.value = key1  # what a click in the list does
     assert browser.selected_key == key1
-    assert browser.content.value.startswith("def parse_config(path):")
+    assert browser.original is not None and browser.original.startswith("def parse_config(path):")
+    assert "<pre class='ck-content'" in browser.content.value
     assert browser.stub_indices == [3] and "history[3] (user)" in browser.stub.value
 
     # the stub moves when the history changes; the view follows on the HistoryEvent
@@ -261,7 +325,9 @@ def test_archive_browser_follows_archive_events_and_searches() -> None:
 
     browser.search.value = "parse_config"  # typing + Enter in the search box
     assert browser.query == "parse_config" and browser.visible_keys == [key1]
-    assert "<b>1</b> matching entries" in browser.results.value and f"&lt;&lt;ccr:{key1}&gt;&gt;" in browser.results.value
+    assert (
+        "<b>1</b> matching entries" in browser.results.value and f"&lt;&lt;ccr:{key1}&gt;&gt;" in browser.results.value
+    )
     assert [v for _, v in browser.entry_list.options] == [key1]
     browser.search_for("nothing-matches-this")
     assert browser.visible_keys == [] and "<b>0</b> matching entries" in browser.results.value
@@ -278,9 +344,9 @@ def test_archive_browser_on_an_archive_alone_and_bad_input() -> None:
     browser.refresh()
     assert [r["key"] for r in browser.entries] == [key]
     browser.select(key)
-    assert browser.content.value.startswith("some long text") and "open the browser on a session" in browser.stub.value
+    assert browser.original == "some long text " * 10 and "open the browser on a session" in browser.stub.value
     browser.select("0" * 16)
-    assert "is not in this archive" in browser.content.value
+    assert browser.original is None and "is not in this archive" in browser.content.value
     with pytest.raises(UsageError, match="ArchiveBrowser needs a contextkit Session or Archive"):
         ArchiveBrowser(object())
     no_archive = ArchiveBrowser(StandIn(archive=None))
@@ -358,7 +424,15 @@ def test_html_fallbacks_need_no_ipywidgets() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ok contextkit.widgets.Dashboard needs ipywidgets")
-    out = subprocess.run([sys.executable, "-c", "import sys, contextkit; print(sorted(m for m in sys.modules "
-                          "if m.startswith(('contextkit.widgets', 'ipywidgets'))))"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, contextkit; print(sorted(m for m in sys.modules "
+            "if m.startswith(('contextkit.widgets', 'ipywidgets'))))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

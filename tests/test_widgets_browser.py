@@ -26,6 +26,8 @@ from typing import Any
 
 import nbformat
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import sync_playwright
 
 pytestmark = pytest.mark.browser
 
@@ -106,7 +108,7 @@ def _write_notebook(folder: Path) -> None:
 
 
 def _get(url: str, timeout: float = 2.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - loopback only
+    with urllib.request.urlopen(url, timeout=timeout) as response:
         return bytes(response.read())
 
 
@@ -159,7 +161,7 @@ def lab(tmp_path: Path) -> Iterator[str]:
     finally:
         try:
             request = urllib.request.Request(f"{base}/api/shutdown", method="POST")  # also stops the kernels
-            urllib.request.urlopen(request, timeout=5).close()  # noqa: S310 - loopback only
+            urllib.request.urlopen(request, timeout=5).close()
         except (urllib.error.URLError, OSError):
             pass
         try:
@@ -174,6 +176,22 @@ def lab(tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
+def _wait_for_kernel_connection(base: str, timeout: float = 30.0) -> None:
+    """The page's kernel is started, idle and connected over its websocket."""
+    deadline = time.monotonic() + timeout
+    kernels: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        try:
+            kernels = json.loads(_get(f"{base}/api/kernels"))
+        except (urllib.error.URLError, OSError):  # a 500 while the kernel is still being registered
+            time.sleep(0.2)
+            continue
+        if any(k.get("execution_state") == "idle" and k.get("connections", 0) >= 1 for k in kernels):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no connected idle kernel after {timeout:.0f} s: {kernels}")
+
+
 def _run_all_cells(page: Any) -> None:
     """Run > Run All Cells; again if no cell started (the kernel connection can lag the idle badge)."""
     started = page.locator(".jp-InputPrompt", has_text=re.compile(r"\[(\*|\d+)\]"))
@@ -183,7 +201,7 @@ def _run_all_cells(page: Any) -> None:
         try:
             started.first.wait_for(timeout=5_000)
             return
-        except Exception:  # noqa: BLE001 - playwright's TimeoutError; retry the click
+        except PlaywrightTimeout:  # retry the click
             page.keyboard.press("Escape")
     raise AssertionError("Run All Cells did not start any cell (is the kernel starting?)")
 
@@ -198,29 +216,24 @@ def test_dashboard_renders_and_updates_in_jupyterlab(lab: str) -> None:
         f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium fonts-liberation; "
         ".ci/run does this). `playwright install` cannot download here."
     )
-    from playwright.sync_api import sync_playwright
-
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1800})
-            t0 = time.monotonic()
             page.goto(f"{lab}/lab/tree/{NOTEBOOK}?reset", wait_until="domcontentloaded")
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=30_000)
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status=idle]", timeout=30_000)
+            _wait_for_kernel_connection(lab)
             for dialog in page.locator(".jp-Dialog .jp-mod-accept").all():
                 dialog.click()
-            print("lab ready", time.monotonic() - t0)
             _run_all_cells(page)
-            print("started", time.monotonic() - t0)
             done = page.locator(".jp-OutputArea-output", has_text=DONE)
             try:
                 done.wait_for(timeout=40_000)
-            except Exception as exc:  # noqa: BLE001 - show what the notebook printed instead
+            except PlaywrightTimeout as exc:
                 page.screenshot(path=str(ARTIFACTS / "dashboard-failure.png"))
                 raise AssertionError(f"the notebook did not finish; outputs:\n{_outputs_text(page)}") from exc
-            print("done", time.monotonic() - t0)
             assert done.inner_text().strip() == f"{DONE} None", _outputs_text(page)  # no view error
 
             dash = page.locator(".ck-dashboard")
@@ -244,7 +257,7 @@ def test_dashboard_renders_and_updates_in_jupyterlab(lab: str) -> None:
             assert archive_rows.count() == 1 and "read_file src/config.py" in archive_rows.nth(0).inner_text()
             assert dash.locator(".ck-archive-count").inner_text() == "1"
             assert "history[2] (user)" in dash.locator(".ck-stub").inner_text()
-            assert dash.locator(".ck-archive textarea").input_value().startswith("def parse_config(path):")
+            assert dash.locator(".ck-archive .ck-content").inner_text().startswith("def parse_config(path):")
             assert "5" in dash.locator(".ck-stats-table").inner_text()
 
             dash.screenshot(path=str(ARTIFACTS / "dashboard.png"))

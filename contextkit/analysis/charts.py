@@ -95,9 +95,7 @@ def level_outcomes(frames: Frames) -> pl.DataFrame:
             pl.lit(None, dtype=pl.Float64).alias("identifier_retention"),
         )
     )
-    comp = frames.compactions.filter(
-        (pl.col("outcome") != "skipped") & ~pl.col("phase").is_in(list(_AGGREGATE_PHASES))
-    )
+    comp = frames.compactions.filter((pl.col("outcome") != "skipped") & ~pl.col("phase").is_in(list(_AGGREGATE_PHASES)))
     compaction = comp.group_by("level").agg(
         pl.len().cast(pl.Int64).alias("fired"),
         (pl.col("outcome") == "applied").sum().cast(pl.Int64).alias("succeeded"),
@@ -119,7 +117,7 @@ def level_outcomes(frames: Frames) -> pl.DataFrame:
         ],
         how="vertical",
     )
-    return table.cast(dict(LEVEL_OUTCOMES_SCHEMA)).sort("source", "level", descending=[True, False])
+    return table.cast(LEVEL_OUTCOMES_SCHEMA).sort("source", "level", descending=[True, False])
 
 
 _LEVEL_METRICS = {
@@ -142,7 +140,9 @@ def level_outcomes_chart(table: Frames | pl.DataFrame) -> alt.FacetChart:
     long = (
         df.select("label", "source", "level", *_LEVEL_METRICS)
         .with_columns(pl.col(m).cast(pl.Float64) for m in _LEVEL_METRICS)
-        .unpivot(index=["label", "source", "level"], on=list(_LEVEL_METRICS), variable_name="metric", value_name="value")
+        .unpivot(
+            index=["label", "source", "level"], on=list(_LEVEL_METRICS), variable_name="metric", value_name="value"
+        )
         .drop_nulls("value")
         .with_columns(pl.col("metric").replace_strict(_LEVEL_METRICS, return_dtype=pl.String))
     )
@@ -180,9 +180,7 @@ def history_vs_cap_data(frames: Frames) -> tuple[pl.DataFrame, pl.DataFrame]:
         (pl.col("outcome") != "ok").alias("rejected"),
         "purpose",
     )
-    comp = frames.compactions.filter(
-        (pl.col("outcome") == "applied") & ~pl.col("phase").is_in(list(_AGGREGATE_PHASES))
-    )
+    comp = frames.compactions.filter((pl.col("outcome") == "applied") & ~pl.col("phase").is_in(list(_AGGREGATE_PHASES)))
     marks_rows: list[dict[str, Any]] = []
     by_session: dict[str, list[int]] = {}
     for sid, seq in req.select("session_id", "seq").iter_rows():
@@ -253,7 +251,7 @@ def history_vs_cap_chart(frames: Frames) -> alt.LayerChart:
                 tooltip=["phase:N", "level:Q", "trigger:N", "freed_bytes:Q"],
             )
         )
-    return alt.layer(*layers).properties(width=520, height=260, title="Request size vs payload cap")
+    return alt.LayerChart(layer=layers, width=520, height=260, title="Request size vs payload cap")
 
 
 def retention_chart(compactions: Frames | pl.DataFrame) -> alt.LayerChart:
@@ -269,7 +267,7 @@ def retention_chart(compactions: Frames | pl.DataFrame) -> alt.LayerChart:
         x=x, y=y, color=alt.Color("phase:N"), tooltip=["phase:N", "trigger:N", "identifier_retention:Q"]
     )
     mean = base.mark_tick(thickness=3, size=30, color="black").encode(x=x, y=alt.Y("mean(identifier_retention):Q"))
-    return alt.layer(points, mean).properties(width=300, height=220, title="Identifier retention per level")
+    return alt.LayerChart(layer=[points, mean], width=300, height=220, title="Identifier retention per level")
 
 
 def prefix_reuse_chart(requests: Frames | pl.DataFrame) -> alt.Chart:

@@ -26,22 +26,22 @@ from contextkit.experiments.workload import GatewaySpec, Workload
 
 __all__ = [
     "BASELINES",
-    "SWEEPS",
     "CONTEXTKIT_STRATEGIES",
     "RESULTS_COLUMNS",
     "STRATEGIES",
+    "SWEEPS",
     "GatewaySpec",
     "RunSpec",
     "Workload",
+    "build_report",
     "default_executor",
     "load_results",
     "results_schema",
+    "run_experiment_cli",
     "run_one",
     "run_sweep",
     "save_results",
     "sliding_window",
-    "build_report",
-    "run_experiment_cli",
     "summarize",
 ]
 

@@ -109,7 +109,9 @@ def _first_run(frames: Any, results: pl.DataFrame, strategy: str) -> Any:
     return run, Frames(*(f.filter(pl.col("session_id") == run) for f in frames))
 
 
-def build_report(results: pl.DataFrame, events: Sequence[dict[str, Any]], *, title: str = "contextkit experiment") -> str:
+def build_report(
+    results: pl.DataFrame, events: Sequence[dict[str, Any]], *, title: str = "contextkit experiment"
+) -> str:
     """A self-contained HTML page: summary table, strategy chart, per-level outcomes of the
     contextkit runs, and request size / prefix reuse of one contextkit run and one baseline run."""
     from contextkit.analysis import (

@@ -107,6 +107,14 @@ def _prefix_reuse(sim: Any) -> float | None:
     return sum(shares) / len(shares) if shares else None
 
 
+def _warm_up() -> None:
+    """Import litellm and the session before timing: a fresh worker spends seconds on it."""
+    from contextkit import backend
+    from contextkit.session import Session  # noqa: F401 - the import is the point
+
+    backend.litellm()
+
+
 def run_one(spec: RunSpec) -> dict[str, Any]:
     """Run one workload under one strategy against a fresh simulator; a flat metrics dict.
 
@@ -121,6 +129,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
         raise ValueError(f"unknown strategy {spec.strategy!r}; use one of {', '.join(STRATEGIES)}")
     gw = spec.gateway
     workload = Workload(spec.seed, spec.turns, target_bytes=spec.target_bytes)
+    _warm_up()
     started = time.perf_counter()
     with GatewaySimulator(record_bodies=True, **gw.simulator_kwargs()) as sim:
         run = run_strategy(spec.strategy, workload, gw, sim, spec.run_id)
@@ -266,4 +275,4 @@ def save_results(df: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
 def load_results(path: str | os.PathLike[str]) -> pl.DataFrame:
     import polars as pl
 
-    return pl.read_parquet(path)
+    return pl.read_parquet(Path(path))

@@ -119,7 +119,15 @@ def _baseline(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_
                 response = backend.completion(model, sent, timeout=REQUEST_TIMEOUT, tools=tools, **kwargs)
             except Exception as exc:  # noqa: BLE001 - every provider/gateway error ends a baseline run
                 failure = classify_failure(exc, request_bytes=size)
-                record(turn, size, len(sent), started, outcome="rejected", failure_kind=failure.kind.value, status=failure.status)
+                record(
+                    turn,
+                    size,
+                    len(sent),
+                    started,
+                    outcome="rejected",
+                    failure_kind=failure.kind.value,
+                    status=failure.status,
+                )
                 text = f"{failure.kind.value}: {failure.reason}"
                 return StrategyRun(turn, text, list(log), recoverable=_share_in(workload.outputs, _text(sent)))
             usage = getattr(response, "usage", None)
@@ -139,7 +147,11 @@ def _baseline(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_
                     "role": "assistant",
                     "content": message.content or None,
                     "tool_calls": [
-                        {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                        {
+                            "id": c.id,
+                            "type": "function",
+                            "function": {"name": c.function.name, "arguments": c.function.arguments},
+                        }
                         for c in calls
                     ],
                 }

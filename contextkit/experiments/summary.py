@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import polars as pl
-import polars.selectors  # noqa: F401 - pl.selectors
+import polars.selectors as cs
 
 __all__ = ["SUMMARY_COLUMNS", "format_table", "summarize"]
 
@@ -51,7 +51,7 @@ def summarize(results: pl.DataFrame) -> pl.DataFrame:
             "tokens_per_turn_vs_none"
         ),
     )
-    return out.select(SUMMARY_COLUMNS).with_columns(pl.selectors.float().fill_nan(None))
+    return out.select(SUMMARY_COLUMNS).with_columns(cs.float().fill_nan(None))
 
 
 def format_table(summary: pl.DataFrame) -> str:
@@ -75,4 +75,6 @@ def format_table(summary: pl.DataFrame) -> str:
         ))  # fmt: skip
     widths = [max(len(h), *(len(row[i]) for row in lines)) if lines else len(h) for i, h in enumerate(headers)]
     fmt = "  ".join(f"{{:<{w}}}" if i < 2 else f"{{:>{w}}}" for i, w in enumerate(widths))
-    return "\n".join([fmt.format(*headers), fmt.format(*("-" * w for w in widths)), *(fmt.format(*row) for row in lines)])
+    return "\n".join(
+        [fmt.format(*headers), fmt.format(*("-" * w for w in widths)), *(fmt.format(*row) for row in lines)]
+    )

@@ -52,10 +52,13 @@ def archive_original(
 ) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """Make ``content`` recoverable. Returns ``(keys to cite, keys newly archived)``.
 
+    A stub whose suffix cites keys the archive does not hold (a pasted or foreign suffix) is not
+    trusted as derived: it is archived like any other content.
+
     None means the archive refused: the caller must then leave the content untouched.
     """
     _, carried = split_suffix(content)
-    if carried:
+    if carried and all(archive.get(k) is not None for k in carried):
         return carried, ()
     key = archive.put(content, kind=kind, origin=dict(origin) if origin else None, allow_markers=has_marker(content))
     if key is None:

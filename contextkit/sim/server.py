@@ -72,7 +72,7 @@ class GatewaySimulator:
     def start(self) -> GatewaySimulator:
         if self._server is not None:
             return self
-        server = ThreadingHTTPServer((self.host, self._port), _Handler)
+        server = _Server((self.host, self._port), _Handler)
         server.daemon_threads = True
         server.sim = self  # type: ignore[attr-defined]
         self._server = server
@@ -337,6 +337,12 @@ def _send(handler: BaseHTTPRequestHandler, resp: wire.Response) -> None:
             handler.wfile.flush()
     except (BrokenPipeError, ConnectionResetError):
         pass  # the client gave up (timeout) - nothing to answer
+
+
+class _Server(ThreadingHTTPServer):
+    # The stdlib default backlog of 5 resets connections when many clients (tests, sweeps) connect at once.
+    request_queue_size = 256
+    daemon_threads = True
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -38,14 +38,20 @@ class EventFeed:
         self.lock = lock or threading.RLock()
         self.last_error: str | None = None  # the log swallows subscriber errors; keep the last one visible
         self.applied = 0
+        self.replaying = False
         self._apply = apply
         self._unsubscribe: Callable[[], None] | None = None
         self._closed = False
 
     def start(self) -> None:
+        """Subscribe and replay the past; views skip rendering while ``replaying`` (render once after)."""
         with self.lock:
             if self._unsubscribe is None:
-                self._unsubscribe = self.events.subscribe(self._on_event, replay=True)
+                self.replaying = True
+                try:
+                    self._unsubscribe = self.events.subscribe(self._on_event, replay=True)
+                finally:
+                    self.replaying = False
 
     def _on_event(self, event: Event) -> None:
         with self.lock:

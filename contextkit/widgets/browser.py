@@ -54,6 +54,7 @@ class ArchiveBrowser(W.VBox):
     selected_key = T.Unicode(None, allow_none=True)
     stub_indices: T.List[int] = T.List(help="history indices whose content carries the selected entry's marker")
     query = T.Unicode("")
+    original = T.Unicode(None, allow_none=True, help="original content of the selected entry")
 
     def __init__(self, session_or_archive: Any, *, max_items: int = 8, max_tokens: int = 1500, **kwargs: Any):
         source = session_or_archive
@@ -70,7 +71,7 @@ class ArchiveBrowser(W.VBox):
             )
         self.max_items, self.max_tokens = max_items, max_tokens
         self.header = W.HTML()
-        self.entry_list = W.Select(options=[], value=None, rows=8, layout=W.Layout(width="100%"))
+        self.entry_list = W.Select(options=[], value=None, rows=5, layout=W.Layout(width="100%"))
         self.entry_list.add_class("ck-archive-list")
         self.search = W.Text(
             placeholder="search the archive (recall_context)", continuous_update=False, layout=W.Layout(width="70%")
@@ -78,7 +79,7 @@ class ArchiveBrowser(W.VBox):
         self.clear_button = W.Button(description="show all", layout=W.Layout(width="90px"))
         self.results = W.HTML()
         self.table = W.HTML()
-        self.content = W.Textarea(value="", disabled=True, layout=W.Layout(width="100%", height="160px"))
+        self.content = W.HTML()
         self.stub = W.HTML()
         super().__init__(
             children=[
@@ -96,8 +97,11 @@ class ArchiveBrowser(W.VBox):
         self._rows: dict[str, dict[str, Any]] = {}
         self._found: list[str] | None = None  # keys of the last search, None when not searching
         self._feed = EventFeed(events if events is not None else EventLog(), self._apply)
+        # Archive and session reads happen outside the view lock: a session thread may be
+        # delivering an event (and waiting for the lock) while it holds its own locks.
+        entries = self._read_entries()
         with self._feed.lock:
-            self._load()
+            self._add_entries(entries)
             if events is not None:
                 self._feed.start()
             self._render()
@@ -116,24 +120,31 @@ class ArchiveBrowser(W.VBox):
     # -- actions (also called by tests) ------------------------------------------------------------
     def refresh(self) -> None:
         """Re-read ``archive.entries()`` (needed only for an Archive without a session)."""
+        entries = self._read_entries()
         with self._feed.lock:
-            self._load()
+            self._add_entries(entries)
             self._render()
 
     def select(self, key: str | None) -> None:
+        """Show the original content of ``key`` and where its stub sits in the history."""
+        original = call_quietly(lambda: self.archive.get(key)) if key and self.archive is not None else None
+        history = self._read_history() if key else []
         with self._feed.lock:
             self.selected_key = key
-            self._show_selected()
+            self._show_content(key, original)
+            self._show_stub(history)
             if self.entry_list.value != key and (key is None or key in self.visible_keys):
                 self.entry_list.value = key
 
     def search_for(self, query: str) -> None:
-        """Run ``recall_context_result(query)`` and list only its items."""
+        """Run ``recall_context_result(query)`` and list only its items ("" lists everything)."""
+        query = query.strip()
+        results, found = self._recall(query)
         with self._feed.lock:
-            self.query = query.strip()
-            if self.search.value != query:
-                self.search.value = query  # the observer calls back here; the lock is re-entrant
-            self._run_search()
+            self.query = query
+            if self.search.value.strip() != query:
+                self.search.value = query
+            self.results.value, self._found = results, found
             self._render()
 
     def clear_search(self) -> None:
@@ -143,18 +154,12 @@ class ArchiveBrowser(W.VBox):
     def _apply(self, event: Event) -> None:
         if isinstance(event, ArchiveEvent) and event.action == "put" and event.key:
             if event.key not in self._rows:
-                self._rows[event.key] = entry_row(
-                    {
-                        "key": event.key,
-                        "kind": event.kind,
-                        "origin": event.origin,
-                        "bytes": event.bytes,
-                        "turn": event.turn,
-                    }
-                )
-                self._render()
-        elif isinstance(event, HistoryEvent) and self.selected_key:
-            self._show_stub()
+                row = {"key": event.key, "kind": event.kind, "origin": event.origin, "bytes": event.bytes}
+                self._rows[event.key] = entry_row({**row, "turn": event.turn})
+                if not self._feed.replaying:
+                    self._render()
+        elif isinstance(event, HistoryEvent) and self.selected_key and not self._feed.replaying:
+            self._show_stub(self._read_history())  # on the session's own thread
 
     def _on_select(self, change: dict[str, Any]) -> None:
         if change["new"] != self.selected_key:
@@ -164,51 +169,52 @@ class ArchiveBrowser(W.VBox):
         if str(change["new"]).strip() != self.query:
             self.search_for(str(change["new"]))
 
-    # -- state -------------------------------------------------------------------------------------
-    def _load(self) -> None:
-        if self.archive is None:
-            return
-        entries = call_quietly(self.archive.entries, [])
+    # -- reads (no lock held) ----------------------------------------------------------------------
+    def _read_entries(self) -> list[Any]:
+        return list(call_quietly(self.archive.entries, []) or []) if self.archive is not None else []
+
+    def _read_history(self) -> list[Any]:
+        return list(call_quietly(lambda: list(self._session.history), []) or []) if self._session is not None else []
+
+    def _recall(self, query: str) -> tuple[str, list[str] | None]:
+        """Results HTML and the keys found; ``None`` keys mean "no search, list everything"."""
+        if not query or self.archive is None:
+            return "", None
+        try:
+            pack = self.archive.recall_context_result(query, self.max_items, self.max_tokens)
+        except Exception as exc:  # noqa: BLE001 - a bad query is shown, not raised into the kernel
+            return f"<div class='ck-search-error' style='color:#c62828'>{esc(exc)}</div>", []
+        found = [k for k in (_item_key(i) for i in getattr(pack, "items", ()) or ()) if k]
+        html = (
+            f"<div class='ck-search-summary' style='font-size:12px'><b>{len(found)}</b> matching entries for "
+            f"“{esc(query)}” ({getattr(pack, 'used_tokens', 0)} tokens in the recall pack)</div>"
+            "<pre class='ck-recall-text' style='max-height:140px;overflow:auto;font-size:11px;background:#fafafa'>"
+            f"{esc(getattr(pack, 'text', ''))}</pre>"
+        )
+        return html, found
+
+    # -- state (lock held) -------------------------------------------------------------------------
+    def _add_entries(self, entries: list[Any]) -> None:
         for e in entries:
             row = entry_row(e)
             if row["key"]:
                 self._rows[row["key"]] = row
 
-    def _run_search(self) -> None:
-        self._found = None
-        if not self.query or self.archive is None:
-            self.results.value = ""
+    def _show_content(self, key: str | None, original: str | None) -> None:
+        self.original = original
+        if not key:
+            self.content.value = ""
             return
-        try:
-            pack = self.archive.recall_context_result(self.query, self.max_items, self.max_tokens)
-        except Exception as exc:  # noqa: BLE001 - a bad query is shown, not raised into the kernel
-            self.results.value = f"<div class='ck-search-error' style='color:#c62828'>{esc(exc)}</div>"
-            self._found = []
-            return
-        items = list(getattr(pack, "items", ()) or ())
-        self._found = [k for k in (_item_key(i) for i in items) if k]
-        used_tokens = getattr(pack, "used_tokens", 0)
-        self.results.value = (
-            f"<div class='ck-search-summary' style='font-size:12px'><b>{len(self._found)}</b> matching entries for "
-            f"“{esc(self.query)}” ({used_tokens} tokens in the recall pack)</div>"
-            f"<pre class='ck-recall-text' style='max-height:140px;overflow:auto;font-size:11px;background:#fafafa'>"
-            f"{esc(getattr(pack, 'text', ''))}</pre>"
+        text = original if original is not None else f"(key {key} is not in this archive)"
+        self.content.value = (
+            "<pre class='ck-content' style='max-height:240px;overflow:auto;background:#fafafa;border:1px solid #ddd;"
+            f"padding:4px 6px;font-size:11px;line-height:1.35;white-space:pre-wrap'>{esc(text)}</pre>"
         )
 
-    def _show_selected(self) -> None:
-        key = self.selected_key
-        if not key or self.archive is None:
-            self.content.value = ""
-            self.stub.value = ""
-            self.stub_indices = []
-            return
-        original = call_quietly(lambda: self.archive.get(key))
-        self.content.value = original if original is not None else f"(key {key} is not in this archive)"
-        self._show_stub()
-
-    def _show_stub(self) -> None:
+    def _show_stub(self, history: list[Any]) -> None:
         key = self.selected_key
         if not key:
+            self.stub_indices, self.stub.value = [], ""
             return
         if self._session is None:
             self.stub_indices = []
@@ -216,7 +222,6 @@ class ArchiveBrowser(W.VBox):
                 f"<div class='ck-stub'>{esc(marker(key))}: open the browser on a session to see its stub</div>"
             )
             return
-        history = call_quietly(lambda: list(self._session.history), [])
         self.stub_indices = stub_locations(history, key)
         if not self.stub_indices:
             where = "not in the live history (dropped, or referenced only from another archive entry)"
@@ -241,7 +246,7 @@ class ArchiveBrowser(W.VBox):
         where = "" if self.archive is not None else " (this session has no archive)"
         self.header.value = (
             f"{_MONO}<div class='ck-archive-header'><b>Recall archive</b> · <span class='ck-archive-count'>"
-            f"{len(rows)}</span> entries, {esc(format_size(total))}{esc(where)}</div>"
+            f"{len(rows)}</span> {'entry' if len(rows) == 1 else 'entries'}, {esc(format_size(total))}{esc(where)}</div>"
         )
         self.table.value = table_html(
             shown[-50:], ENTRY_COLUMNS, css="ck-archive-table", empty="no archived content yet"

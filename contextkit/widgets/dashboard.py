@@ -32,10 +32,13 @@ class StatsTable(W.VBox):
         self.table = W.HTML()
         super().__init__(children=[W.HTML("<b>Stats</b>"), self.table], **kwargs)
         self.add_class("ck-stats")
+        self._shown = 0
         self._feed = EventFeed(events, self._apply)
+        self._feed.start()  # replayed events do not re-read the stats: one read below covers them
+        first = self._read()  # outside the view lock (see HistoryGauge)
         with self._feed.lock:
-            self._feed.start()
-            self._refresh()
+            if not self._shown:  # a live event may have shown newer stats meanwhile
+                self._show(first)
 
     @property
     def last_error(self) -> str | None:
@@ -46,20 +49,26 @@ class StatsTable(W.VBox):
         super().close()
 
     def _apply(self, event: Event) -> None:
-        if isinstance(event, CompactionEvent) and event.outcome == "running":
+        if self._feed.replaying or (isinstance(event, CompactionEvent) and event.outcome == "running"):
             return
         if isinstance(event, RequestEvent | RecoveryEvent | CompactionEvent | HistoryEvent):
             self._refresh()
 
     def _refresh(self) -> None:
+        self._show(self._read())
+
+    def _read(self) -> dict[str, Any]:
         stats = call_quietly(lambda: self._session.stats)
         to_dict = getattr(stats, "to_dict", None)
-        data = call_quietly(to_dict, {}) if callable(to_dict) else {}
-        self.stats = dict(data or {})
-        if not self.stats:
+        return dict(call_quietly(to_dict, {}) or {}) if callable(to_dict) else {}
+
+    def _show(self, data: dict[str, Any]) -> None:
+        self._shown += 1
+        self.stats = data
+        if not data:
             self.table.value = "<div class='ck-stats-empty'>no stats available</div>"
             return
-        self.table.value = kv_table(((k, format_stat(v)) for k, v in self.stats.items()), css="ck-stats-table")
+        self.table.value = kv_table(((k, format_stat(v)) for k, v in data.items()), css="ck-stats-table")
 
 
 class Dashboard(W.VBox):

@@ -47,13 +47,15 @@ class HistoryGauge(W.VBox):
         super().__init__(children=[self.title, self.bytes_bar, self.tokens_bar, self.info], **kwargs)
         self.add_class("ck-gauge")
         self.layout.min_width = "320px"
-        self._session = session
         self._history_seq = -1
+        # read the session before taking the view lock: a session thread may be delivering an
+        # event (and waiting for that lock) while holding its own
+        snapshot = _snapshot(session)
         self._feed = EventFeed(events, self._apply)
         with self._feed.lock:
             self._feed.start()
-            if self._history_seq < 0:
-                self._initial_sizes()
+            if self._history_seq < 0:  # no HistoryEvent yet (a fresh session): use the snapshot
+                self._use_snapshot(snapshot)
             self._render()
 
     @property
@@ -65,21 +67,16 @@ class HistoryGauge(W.VBox):
         super().close()
 
     # -- state ------------------------------------------------------------------------------------
-    def _initial_sizes(self) -> None:
-        """No HistoryEvent yet: read the session once (a fresh session has not measured yet)."""
-        s = self._session
-        measure = getattr(s, "measure", None)
-        size = call_quietly(measure) if callable(measure) else None
+    def _use_snapshot(self, snap: dict[str, Any]) -> None:
+        size = snap["size"]
         if size is not None:
             self.request_bytes = int(getattr(size, "bytes", 0))
             self.tokens = int(getattr(size, "tokens", 0))
             self.messages = int(getattr(size, "messages", 0))
-        cap = call_quietly(lambda: s.payload_cap)
-        window = call_quietly(lambda: s.context_window)
-        self.cap_bytes = int(cap) if cap else None
-        self.context_window = int(window) if window else None
+        self.cap_bytes = int(snap["cap"]) if snap["cap"] else None
+        self.context_window = int(snap["window"]) if snap["window"] else None
         if self.cap_source is None:
-            self.cap_source = call_quietly(lambda: s.cap_source)
+            self.cap_source = snap["source"]
 
     def _apply(self, event: Event) -> None:
         if isinstance(event, HistoryEvent):
@@ -99,7 +96,8 @@ class HistoryGauge(W.VBox):
                 self.notice = event.text
         else:
             return
-        self._render()
+        if not self._feed.replaying:
+            self._render()
 
     # -- view -------------------------------------------------------------------------------------
     def _render(self) -> None:
@@ -147,6 +145,16 @@ class HistoryGauge(W.VBox):
         if self.notice:
             lines.append(f"<span class='ck-notice' style='color:#8d6e00'>{esc(self.notice)}</span>")
         self.info.value = "<div style='font-size:12px'>" + "<br>".join(lines) + "</div>"
+
+
+def _snapshot(session: Any) -> dict[str, Any]:
+    measure = getattr(session, "measure", None)
+    return {
+        "size": call_quietly(measure) if callable(measure) else None,
+        "cap": call_quietly(lambda: session.payload_cap),
+        "window": call_quietly(lambda: session.context_window),
+        "source": call_quietly(lambda: session.cap_source),
+    }
 
 
 def _state_of(value: float, red_at: float) -> str:

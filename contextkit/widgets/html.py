@@ -90,7 +90,7 @@ def table_html(
             f'<tr class="ck-empty"><td colspan="{len(columns)}" style="{_CELL};color:#777">{esc(empty)}</td></tr>'
         )
     return (
-        f'<table class="{css}" style="border-collapse:collapse;font-size:12px;width:100%">'
+        f'<table class="{css}" style="border-collapse:collapse;font-size:12px;line-height:1.35;width:100%">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
     )
 
@@ -100,7 +100,7 @@ def kv_table(pairs: Iterable[tuple[str, object]], *, css: str = "ck-kv") -> str:
     rows = "".join(
         f'<tr><th style="{_CELL};font-weight:600">{esc(k)}</th><td style="{_CELL}">{esc(v)}</td></tr>' for k, v in pairs
     )
-    return f'<table class="{css}" style="border-collapse:collapse;font-size:12px">{rows}</table>'
+    return f'<table class="{css}" style="border-collapse:collapse;font-size:12px;line-height:1.35">{rows}</table>'
 
 
 def format_origin(origin: object) -> str:

@@ -37,7 +37,8 @@ _STYLE = (
     "<style>.ck-timeline tr.ck-running td{background:#fff8e1;font-weight:600}"
     ".ck-timeline tr.ck-applied td,.ck-timeline tr.ck-recovered td{background:#e8f5e9}"
     ".ck-timeline tr.ck-failed td,.ck-timeline tr.ck-rejected td,.ck-timeline tr.ck-floor td{background:#ffebee}"
-    ".ck-timeline tr.ck-retrying td{background:#e3f2fd}</style>"
+    ".ck-timeline tr.ck-retrying td{background:#e3f2fd}"
+    ".ck-timeline tr.ck-skipped td,.ck-timeline tr.ck-ended td{color:#8a8a8a}</style>"
 )
 FINAL_RECOVERY = ("recovered", "failed", "floor")
 
@@ -100,6 +101,18 @@ def recovery_row(event: RecoveryEvent) -> Row:
     }
 
 
+def _merge_recovery(retrying: Row, final: Row, event: RecoveryEvent) -> Row:
+    """The final step of a retried level keeps what the retrying step knew (kind, sizes)."""
+    merged = dict(retrying, outcome=final["outcome"], seq=final["seq"])
+    if event.failure_kind:
+        merged.update(trigger=final["trigger"], failure_kind=final["failure_kind"])
+    if event.bytes_after:
+        merged.update(size=final["size"], bytes_after=final["bytes_after"], msgs=final["msgs"])
+    if final["detail"]:
+        merged["detail"] = final["detail"]
+    return merged
+
+
 def _find(rows: list[Row], match: Any) -> int | None:
     for index in range(len(rows) - 1, -1, -1):
         if match(rows[index]):
@@ -143,6 +156,8 @@ def timeline_rows(rows: list[Row], event: Event, *, max_rows: int = 200) -> list
                     and r.get("attempt") == event.attempt
                 ),
             )
+            if index is not None:
+                row = _merge_recovery(rows[index], row, event)
     else:
         return rows
     new = list(rows)
@@ -153,9 +168,13 @@ def timeline_rows(rows: list[Row], event: Event, *, max_rows: int = 200) -> list
         row["n"] = rows[index]["n"]
         new[index] = row
     if isinstance(event, CompactionEvent) and event.phase == "done":
-        # phases that never reported a result end with the run
+        # a phase that never reported its own result ends with the run ("ended"), or shares
+        # the run's failure when the run failed or was cancelled
+        ended = event.outcome if event.outcome in ("failed", "cancelled", "rejected") else "ended"
         new = [
-            dict(r, outcome=event.outcome) if r["outcome"] == "running" and r["what"] == "compaction" else r
+            dict(r, outcome=ended, size=r["size"].replace("→ …", "→ ?"), msgs=r["msgs"].replace("→ …", "→ ?"))
+            if r["outcome"] == "running" and r["what"] == "compaction"
+            else r
             for r in new
         ]
     return new[-max_rows:]
@@ -191,7 +210,8 @@ class PhaseTimeline(W.VBox):
         new = timeline_rows(self.rows, event, max_rows=self.max_rows)
         if new is not self.rows:
             self.rows = new
-            self._render()
+            if not self._feed.replaying:
+                self._render()
 
     def _render(self) -> None:
         live = [r for r in self.rows if r["outcome"] == "running"]

@@ -1,0 +1,187 @@
+"""contextkit.experiments: baselines, sweeps on a local pool and on a dask cluster, results, report CLI."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from contextkit.experiments import (
+    STRATEGIES,
+    GatewaySpec,
+    RunSpec,
+    Workload,
+    load_results,
+    results_schema,
+    run_one,
+    run_sweep,
+    save_results,
+    sliding_window,
+    summarize,
+)
+from contextkit.experiments.progress import StderrProgress
+
+TURNS = 4
+SEEDS = (0, 1)
+# what must not depend on where a run executes (everything but timings)
+DETERMINISTIC = [
+    "run_id", "completed", "turns_completed", "requests", "rejected", "retries", "bytes_sent", "tokens_sent",
+    "summarizer_calls", "prefix_reuse", "archived_items", "recall_fidelity", "recoverable", "error",
+]  # fmt: skip
+
+
+def _msg(role: str, **extra: Any) -> dict[str, Any]:
+    return {"role": role, "content": extra.pop("content", role), **extra}
+
+
+def test_sliding_window_keeps_system_and_never_orphans_a_tool_result() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
+    history = [
+        _msg("system"),
+        _msg("user", content="u1"),
+        _msg("assistant", content=None, tool_calls=[call]),
+        _msg("tool", tool_call_id="c1"),
+        _msg("assistant", content="a1"),
+        _msg("user", content="u2"),
+    ]
+    assert sliding_window(history, keep=10) == history
+    cut = sliding_window(history, keep=3)  # would start at the tool result: it goes too
+    assert [m["role"] for m in cut] == ["system", "assistant", "user"]
+    assert [m["role"] for m in sliding_window(history, keep=4)] == ["system", "assistant", "tool", "assistant", "user"]
+    assert sliding_window(history, keep=0) == [history[0]]
+
+
+def test_workload_is_deterministic_and_records_outputs() -> None:
+    a, b = Workload(7, 5), Workload(7, 5)
+    assert [a.user_message(i) for i in range(5)] == [b.user_message(i) for i in range(5)]
+    assert "[[tool:" in a.user_message(0)
+    name, args = a.plan[0]
+    out = a.call(name, json.dumps(args))
+    assert a.outputs == [out] and len(out) > 10_000  # a big tool output
+    with pytest.raises(ValueError, match="turns must be >= 1"):
+        Workload(1, 0)
+
+
+def test_bad_sweep_arguments_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="unknown strategies"):
+        run_sweep(["magic"], [GatewaySpec()], [0], 2, progress=False)
+    with pytest.raises(ValueError, match="turns must be a positive int"):
+        run_sweep(["none"], [GatewaySpec()], [0], 0, progress=False)
+    with pytest.raises(TypeError, match="GatewaySpec"):
+        run_sweep(["none"], ["128KB"], [0], 2, progress=False)  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="unknown strategy"):
+        run_one(RunSpec("magic", GatewaySpec(), 0, 2))
+
+
+def _check_sweep(df: pl.DataFrame) -> None:
+    assert df.schema == results_schema()
+    assert df.height == len(STRATEGIES) * len(SEEDS)
+    assert df["run_id"].to_list() == [f"{s}.128KB-waf403.s{seed}" for seed in SEEDS for s in STRATEGIES]
+    for row in df.iter_rows(named=True):
+        assert row["requests"] >= row["turns_completed"] and row["rejected"] <= row["requests"]
+        assert row["bytes_sent"] > 0 and row["tokens_sent"] > 0
+        if row["strategy"].startswith("contextkit"):
+            assert row["completed"] and row["error"] is None and row["turns_completed"] == TURNS
+            assert row["archived_items"] > 0 and row["recall_fidelity"] == 1.0 and row["recoverable"] == 1.0
+        else:
+            assert row["archived_items"] is None and row["recall_fidelity"] is None  # no archive
+            assert row["completed"] == (row["error"] is None)
+    none = df.filter(pl.col("strategy") == "none")
+    # four 20-60 KB tool outputs never fit a 128 KB gateway: no management fails on a WAF rejection
+    assert not none["completed"].any() and none["rejected"].to_list() == [1, 1]
+    assert all(e.startswith("waf_rejection") for e in none["error"].to_list())
+
+
+@pytest.fixture(scope="module")
+def local_sweep() -> pl.DataFrame:
+    """The small sweep on the default executor (a spawned local process pool)."""
+    return run_sweep(STRATEGIES, [GatewaySpec()], SEEDS, TURNS, progress=False)
+
+
+def test_sweep_on_the_default_local_pool(local_sweep: pl.DataFrame) -> None:
+    _check_sweep(local_sweep)
+
+
+def test_sweep_on_a_dask_cluster_gives_the_same_results(local_sweep: pl.DataFrame) -> None:
+    from dask.distributed import Client, LocalCluster
+
+    events: list[dict[str, Any]] = []
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        executor = client.get_executor()
+        df = run_sweep(STRATEGIES, [GatewaySpec()], SEEDS, TURNS, executor=executor, progress=False, events=events)
+        seen = {info["id"] for info in client.scheduler_info()["workers"].values()}
+    _check_sweep(df)
+    assert len(seen) == 2
+    assert df.select(DETERMINISTIC).equals(local_sweep.select(DETERMINISTIC))
+    assert {e["session_id"] for e in events} == set(df["run_id"].to_list())
+    from contextkit.analysis import frames
+
+    requests = frames(events).requests
+    assert requests.group_by("session_id").len().height == df.height
+
+
+def test_crashed_runs_become_rows_and_progress_is_reported() -> None:
+    class Recorder:
+        def __init__(self) -> None:
+            self.updates: list[tuple[int, str]] = []
+            self.closed = False
+
+        def update(self, done: int, note: str = "") -> None:
+            self.updates.append((done, note))
+
+        def close(self) -> None:
+            self.closed = True
+
+    recorder = Recorder()
+    broken = GatewaySpec("broken", reject_with="no-such-mode")  # the simulator refuses it: the run raises
+    with cf.ThreadPoolExecutor(2) as pool:
+        df = run_sweep(["none"], [broken], [0, 1], 2, executor=pool, progress=recorder)
+    assert df["completed"].to_list() == [False, False]
+    assert all(e.startswith("crashed: ConfigError") for e in df["error"].to_list())
+    assert sorted(done for done, _ in recorder.updates) == [1, 2] and recorder.closed
+    stream = io.StringIO()
+    bar = StderrProgress(4, stream=stream)
+    bar.update(2, "none.s1")
+    bar.close()
+    assert "2/4 runs" in stream.getvalue() and "#" * 12 in stream.getvalue()
+
+
+def test_results_round_trip_through_parquet(local_sweep: pl.DataFrame, tmp_path: Path) -> None:
+    path = save_results(local_sweep, tmp_path / "deep" / "results.parquet")
+    assert load_results(path).equals(local_sweep)
+    with pytest.raises(ValueError, match=r"\.parquet"):
+        save_results(local_sweep, tmp_path / "results.csv")
+    table = summarize(local_sweep)
+    ck = table.filter(pl.col("strategy") == "contextkit").row(0, named=True)
+    assert ck["completion_rate"] == 1.0 and ck["recall_fidelity"] == 1.0
+    assert table.filter(pl.col("strategy") == "none")["tokens_vs_none"].to_list() == [1.0]
+
+
+def test_experiment_cli_writes_parquet_and_an_offline_html_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from contextkit.experiments import report
+
+    # the process pool is covered above; threads keep this test fast
+    monkeypatch.setattr(report, "default_executor", lambda workers=None: cf.ThreadPoolExecutor(2))
+    out = tmp_path / "smoke"
+    assert report.run_experiment_cli(["smoke", "--out", str(out), "--seeds", "1", "--turns", "3", "--quiet"]) == 0
+    df = load_results(out / "results.parquet")
+    assert df.height == len(STRATEGIES)
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert page.count("<svg") >= 5 and "<script" not in page and "cdn." not in page
+    assert "contextkit.128KB-waf403.s0" in page
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0].split()[:4] == ["strategy", "gateway", "runs", "complete"]
+    assert "contextkit-no-microcompact" in printed and "report.html" in printed
+    assert report.run_experiment_cli(["smoke", "--seeds", "0"]) == 2
+    with pytest.raises(SystemExit):
+        report.run_experiment_cli(["no-such-sweep"])
