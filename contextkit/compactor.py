@@ -18,6 +18,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from contextkit.classify import classify_failure
 from contextkit.compaction import (
     Applied,
     CompactionInfo,
@@ -244,6 +245,8 @@ class Compactor:
                 self.stats.summary_rejections += 1
             else:  # the call raised: a failed attempt, never a summary
                 reason = f"{type(reply).__name__}: {str(reply)[:160]}"
+                if _size_rejection(reply):
+                    break  # the identical prompt would be refused again: never re-send a rejected body
             if attempt == 1:
                 self._emit(
                     run,
@@ -408,3 +411,8 @@ class Compactor:
                 request = gen.send(reply)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
+
+
+def _size_rejection(error: BaseException) -> bool:
+    """The summary request itself was too big for the window or the gateway (not a transient failure)."""
+    return not isinstance(error, TimeoutError) and classify_failure(error).kind.recoverable

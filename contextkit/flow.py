@@ -123,6 +123,7 @@ class FlowContext:
     params: Mapping[str, Any]
     notify: Callable[[str, str, str], None]
     summarizer_window: int | None = None
+    summarizer_shares_window: bool = False  # the summarizer is the session's own model
     probe: PrefixProbe = field(default_factory=PrefixProbe)
 
 
@@ -235,6 +236,9 @@ def summarizer_window(ctx: FlowContext) -> int | None:
     """The summarizer's window, shrunk so its request also fits the payload cap: the summary input
     is budgeted at half the window at 4 chars per token, so cap // 4 keeps it near half the cap."""
     window = ctx.summarizer_window
+    if ctx.summarizer_shares_window:
+        # Same model: a window learned from a provider's overflow applies to the summary request too.
+        window = min(window, ctx.state.context_window) if window else ctx.state.context_window
     cap = ctx.state.cap
     if cap:
         return min(window, cap // 4) if window else cap // 4

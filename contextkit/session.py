@@ -316,6 +316,7 @@ class Session:
                 params=params,
                 notify=self._notify,
                 summarizer_window=self._summarizer_window(),
+                summarizer_shares_window=self.summarizer.model == self.model,
             )
             self._ctx = ctx
         return ctx

@@ -24,7 +24,7 @@ from contextkit.experiments import (
     sliding_window,
     summarize,
 )
-from contextkit.experiments.progress import StderrProgress
+from contextkit.experiments.progress import StderrProgress, WidgetProgress
 
 TURNS = 4
 SEEDS = (0, 1)
@@ -126,6 +126,11 @@ def test_sweep_on_a_dask_cluster_gives_the_same_results(local_sweep: pl.DataFram
 
     requests = frames(events).requests
     assert requests.group_by("session_id").len().height == df.height
+    # baseline request events carry the prefix figures measured on the wire; their mean is prefix_reuse
+    for row in df.filter(pl.col("strategy").is_in(["none", "sliding-window", "trim_messages"])).iter_rows(named=True):
+        shares = requests.filter(pl.col("session_id") == row["run_id"])["prefix_share"]
+        assert shares.null_count() == 1  # only the first request has no previous body
+        assert shares.drop_nulls().mean() == pytest.approx(row["prefix_reuse"])
 
 
 def test_crashed_runs_become_rows_and_progress_is_reported() -> None:
@@ -147,6 +152,11 @@ def test_crashed_runs_become_rows_and_progress_is_reported() -> None:
     assert df["completed"].to_list() == [False, False]
     assert all(e.startswith("crashed: ConfigError") for e in df["error"].to_list())
     assert sorted(done for done, _ in recorder.updates) == [1, 2] and recorder.closed
+    widget = WidgetProgress(3)  # the notebook bar, driven headless
+    widget.update(2, "none.s1")
+    assert (widget.bar.value, widget.bar.max) == (2, 3) and widget.text.value.startswith("2/3 runs")
+    widget.close()
+    assert widget.bar.bar_style == "success"
     stream = io.StringIO()
     bar = StderrProgress(4, stream=stream)
     bar.update(2, "none.s1")

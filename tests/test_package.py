@@ -173,3 +173,20 @@ def test_meter_equals_request_bytes_and_counts_tokens_like_litellm() -> None:
     assert m.bytes == request_bytes(history, tools=tools, model="gpt-4o")
     plain = meter.measure(history)
     assert plain.tokens == backend.token_counter("gpt-4o", [to_wire(x) for x in history])
+
+
+@pytest.mark.parametrize("model", ["gpt-4o", "openai/sim-model", "anthropic/claude-sonnet-4-20250514", "gpt-4"])
+def test_per_message_tokens_match_litellm(model: str) -> None:
+    from contextkit import backend
+    from contextkit.sizing import message_tokens
+
+    messages = [
+        Message.user("hello world"),
+        Message.assistant("héllo ✓ naïve café " * 40),
+        Message.system(""),
+        Message("user", "x", name="bob"),
+        Message.assistant("", [ToolCall("c1", "read_file", '{"path": "a.py"}')]),
+        Message.tool("c1", "file body\n" * 30),
+    ]
+    for m in messages:
+        assert message_tokens(m, model) == backend.token_counter(model, [to_wire(m)]) - 3, m

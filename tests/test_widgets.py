@@ -294,7 +294,7 @@ def test_archive_browser_lists_entries_shows_content_and_stub() -> None:
     assert browser.table.value.count('class="ck-row"') == 2 and "<span class='ck-archive-count'>2</span>" in (
         browser.header.value
     )
-    assert [v for _, v in browser.entry_list.options] == [key1, key2]
+    assert [v for _, v in browser.entry_list.options] == [key2, key1]  # newest first
 
     browser.entry_list.value = key1  # what a click in the list does
     assert browser.selected_key == key1
@@ -332,7 +332,18 @@ def test_archive_browser_follows_archive_events_and_searches() -> None:
     browser.search_for("nothing-matches-this")
     assert browser.visible_keys == [] and "<b>0</b> matching entries" in browser.results.value
     browser.clear_button.click()
-    assert browser.query == "" and browser.visible_keys == [key1, key2, key3] and browser.results.value == ""
+    assert browser.query == "" and browser.visible_keys == [key3, key2, key1] and browser.results.value == ""
+
+
+def test_archive_browser_lists_only_the_newest_rows() -> None:
+    s, key1, key2 = _archived_session()
+    browser = ArchiveBrowser(s, max_rows=1)
+    assert len(browser.entries) == 2 and browser.visible_keys == [key2]
+    assert "newest 1 of 2 shown; search to find older entries" in browser.table.value
+    browser.select(key1)  # not listed, still viewable (e.g. from code)
+    assert browser.selected_key == key1 and browser.entry_list.value is None and browser.stub_indices == [3]
+    browser.search_for("parse_config")
+    assert browser.visible_keys == [key1] and browser.entry_list.value == key1 and "newest" not in browser.table.value
 
 
 def test_archive_browser_on_an_archive_alone_and_bad_input() -> None:
@@ -436,3 +447,83 @@ def test_html_fallbacks_need_no_ipywidgets() -> None:
         timeout=60,
     )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# -- a real Session against the gateway simulator --------------------------------------------------
+def test_dashboard_follows_a_real_session_after_every_event() -> None:
+    from contextkit.session import Session
+    from contextkit.sim import GatewaySimulator, Workspace
+
+    ws = Workspace(seed=1, target_bytes=6000)
+    with GatewaySimulator(max_body="64KB", reject_with="waf403") as gw:
+        kw = gw.litellm_kwargs("openai")
+        model = kw.pop("model")
+        s = Session(
+            model,
+            **kw,
+            system="Be brief.",
+            limits=Limits(context_window=48_000),
+            archive=Archive.in_memory(session_id="w"),
+            session_id="w",
+            status=None,
+        )
+        dash = Dashboard(s)
+        gauge, timeline, browser = dash.gauge, dash.timeline, dash.browser
+        assert (gauge.messages, gauge.cap_bytes, gauge.context_window) == (1, None, 48_000)
+        seen: list[str] = []
+        problems: list[str] = []
+
+        def check(event: Any) -> None:  # subscribed after the dashboard: runs once the panels saw the event
+            seen.append(event.type)
+            if isinstance(event, HistoryEvent) and (gauge.request_bytes, gauge.messages) != (
+                event.bytes,
+                event.messages,
+            ):
+                problems.append(f"gauge behind history event {event.seq}")
+            if isinstance(event, CompactionEvent) and event.outcome == "running" and not timeline.running:
+                problems.append(f"running phase {event.phase} not shown")
+            if isinstance(event, CapEvent) and gauge.cap_bytes != event.cap_bytes:
+                problems.append("cap not shown")
+
+        s.events.subscribe(check)
+        for i in range(6):  # 8.7 KB per turn: the gateway's 64 KB cap rejects the 8th request
+            s.send(f"turn {i}: please look at this log\n" + ws.tail_log(80).content)
+            assert gauge.request_bytes == s.measure().bytes and gauge.state == "green"
+        worker = threading.Thread(target=lambda: s.send("turn 6: more\n" + ws.tail_log(80).content))
+        worker.start()
+        worker.join()
+        asyncio.run(s.asend("turn 7: and more\n" + ws.tail_log(80).content))
+        for i in range(8, 10):
+            s.send(f"turn {i}: again\n" + ws.tail_log(80).content)
+        rejected = [r for r in gw.requests if not r.accepted]
+
+    assert problems == [] and dash.last_error is None
+    assert {"history", "compaction", "recovery", "cap", "request", "notice"} <= set(seen)
+    assert len(rejected) == 1
+    m = s.measure()
+    assert (gauge.request_bytes, gauge.messages, gauge.tokens) == (m.bytes, m.messages, m.tokens)
+    assert gauge.cap_source == "learned" and gauge.cap_bytes == s.payload_cap
+    assert gauge.cap_detail.startswith("learned ") and f"rejected {_kb(rejected[0].bytes)} request" in gauge.cap_detail
+    assert gauge.bytes_ratio == pytest.approx(m.bytes / (s.payload_cap or 1))
+
+    recovery = [r for r in timeline.rows if r["what"] == "recovery"]
+    assert [(r["failure_kind"], r["outcome"]) for r in recovery] == [("waf_rejection", "recovered")]
+    summaries = [r for r in timeline.rows if r["phase_name"] == "summarize" and r["outcome"] == "applied"]
+    assert summaries and all(r["cost"].endswith("tok)") for r in summaries)
+    assert timeline.running == "" and not [r for r in timeline.rows if r["outcome"] == "running"]
+    assert s.archive is not None
+    assert [r["key"] for r in browser.entries] == [e.key for e in s.archive.entries()]
+    assert dash.stats.stats == s.stats.to_dict() and dash.stats.stats["failures_by_kind"] == {"waf_rejection": 1}
+
+    # the newest summary transcript is referenced from the live history
+    stubbed = next(r["key"] for r in reversed(browser.entries) if any(marker(r["key"]) in h.content for h in s.history))
+    browser.select(stubbed)
+    assert browser.stub_indices and marker(stubbed) in s.history[browser.stub_indices[0]].content
+    assert browser.original == s.archive.get(stubbed)
+    dash.close()
+
+
+def _kb(n: int) -> str:
+    from contextkit.sizing import format_size
+
+    return format_size(n)

@@ -47,50 +47,45 @@ NOTEBOOK = "widgets_browser.ipynb"
 DONE = "ALL-CELLS-" + "DONE"  # split so the marker only appears in the output, not in the cell source
 
 SETUP = """\
-import os
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-import threading
-from types import SimpleNamespace
+import json, threading
+from contextkit import Limits
 from contextkit.archive import Archive
-from contextkit.events import (ArchiveEvent, CapEvent, CompactionEvent, EventLog, HistoryEvent, NoticeEvent,
-                               RecoveryEvent, RequestEvent)
 from contextkit.markers import marker
-from contextkit.messages import Message
-from contextkit.settings import Limits
+from contextkit.session import Session
+from contextkit.sim import GatewaySimulator, Workspace
+from contextkit.sizing import format_size
 from contextkit.widgets import Dashboard
 
-class Stats:
-    requests = 0
-    compactions = 0
-    def to_dict(self):
-        return {"requests": self.requests, "compactions": self.compactions}
-
-archive = Archive.in_memory()
-session = SimpleNamespace(events=EventLog(), history=[Message.system("be brief")], archive=archive,
-                          limits=Limits(max_payload="128KB", context_window=32_000), payload_cap=131072,
-                          context_window=32_000, cap_source="configured", model="openai/sim", session_id="browser",
-                          stats=Stats(), measure=lambda: SimpleNamespace(bytes=200, tokens=20, messages=1))
+gw = GatewaySimulator(max_body="64KB", reject_with="waf403").start()  # the gateway rejects bodies over 64 KB
+kw = gw.litellm_kwargs("openai")
+session = Session(kw.pop("model"), **kw, system="Be brief.", limits=Limits(context_window=48_000),
+                  archive=Archive.in_memory(session_id="browser"), session_id="browser", status=None)
+logs = Workspace(seed=1, target_bytes=6000)
 """
 SHOW = "dash = Dashboard(session)\ndash"
 DRIVE = """\
-big = "def parse_config(path):\\n    return toml.load(path)\\n" * 400
-key = archive.put(big, kind="tool_result", origin={"tool": "read_file", "path": "src/config.py"}, turn=1)
-session.events.append(ArchiveEvent(key=key, kind="tool_result", bytes=len(big), origin="read_file src/config.py", turn=1))
-session.history = [Message.system("be brief"), Message.user("read it"), Message.user("[cleared] " + marker(key))]
-session.events.append(HistoryEvent(messages=30, bytes=118_000, tokens=20_000, cap_bytes=131072, context_window=32_000))
-session.events.append(RecoveryEvent(failure_kind="payload_too_large", reason="403 waf", level=1, attempt=1,
-                                    bytes_before=140_000, bytes_after=90_000, outcome="recovered"))
-session.events.append(CapEvent(cap_bytes=122_880, rejected_bytes=140_000, source="learned"))
-session.events.append(CompactionEvent(phase="summarize", level=2, outcome="running", bytes_before=118_000,
-                                      status="Summarizing 24 messages"))
-session.stats.requests = 5
-t = threading.Thread(target=lambda: session.events.append(CompactionEvent(
-    phase="summarize", level=2, outcome="applied", bytes_before=118_000, bytes_after=30_000, messages_before=30,
-    messages_after=8, summarizer_cost=0.0021, summarizer_prompt_tokens=900, summarizer_completion_tokens=200)))
-t.start(); t.join()
-session.events.append(HistoryEvent(messages=8, bytes=30_000, tokens=5_000, cap_bytes=122_880, context_window=32_000))
-dash.browser.select(key)
-print("ALL-CELLS-" + "DONE", dash.last_error)
+def turns(first, last):
+    for i in range(first, last):
+        session.send(f"turn {i}: please look at this log\\n" + logs.tail_log(80).content)
+
+worker = threading.Thread(target=turns, args=(0, 8))  # the dashboard updates from a background thread
+worker.start(); worker.join()
+await session.asend("turn 8: and this one\\n" + logs.tail_log(80).content)  # ... and from the kernel's event loop
+turns(9, 10)
+stubbed = next(e.key for e in reversed(session.archive.entries())
+               if any(marker(e.key) in m.content for m in session.history))
+dash.browser.select(stubbed)
+gauge, m = dash.gauge, session.measure()
+expected = {
+    "bytes": format_size(m.bytes), "bytes_pct": f"{gauge.bytes_ratio:.0%}", "tokens": f"{m.tokens:,}",
+    "messages": f"{m.messages} messages", "cap": gauge.cap_detail, "state": gauge.state,
+    "rows": len(dash.timeline.rows), "archive": len(session.archive.entries()),
+    "stub": dash.browser.stub_indices[0], "original": session.archive.get(stubbed)[:40],
+    "requests": session.stats.requests, "rejected": sum(not r.accepted for r in gw.requests),
+    "error": dash.last_error,
+}
+gw.stop()
+print("ALL-CELLS-" + "DONE", json.dumps(expected))
 """
 
 
@@ -220,7 +215,7 @@ def test_dashboard_renders_and_updates_in_jupyterlab(lab: str) -> None:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1800})
+            page = browser.new_page(viewport={"width": 1300, "height": 2000})
             page.goto(f"{lab}/lab/tree/{NOTEBOOK}?reset", wait_until="domcontentloaded")
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=30_000)
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status=idle]", timeout=30_000)
@@ -234,31 +229,37 @@ def test_dashboard_renders_and_updates_in_jupyterlab(lab: str) -> None:
             except PlaywrightTimeout as exc:
                 page.screenshot(path=str(ARTIFACTS / "dashboard-failure.png"))
                 raise AssertionError(f"the notebook did not finish; outputs:\n{_outputs_text(page)}") from exc
-            assert done.inner_text().strip() == f"{DONE} None", _outputs_text(page)  # no view error
+            text = done.inner_text().strip()
+            expected = json.loads(text.removeprefix(DONE))
+            assert expected["error"] is None, text  # no panel swallowed an exception
+            assert expected["rejected"] == 1 and expected["cap"].startswith("learned "), text
 
             dash = page.locator(".ck-dashboard")
             dash.wait_for(timeout=10_000)
             gauge = dash.locator(".ck-gauge")
-            assert gauge.locator(".ck-bytes").inner_text() == "29.3 KB"
-            assert gauge.locator(".ck-bytes-pct").inner_text() == "24%"
-            assert gauge.locator(".ck-tokens").inner_text() == "5,000"
-            assert "8 messages" in gauge.locator(".ck-messages").inner_text()
-            assert "learned 120.0 KB after a rejected 136.7 KB request" in gauge.locator(".ck-cap").inner_text()
-            assert gauge.locator(".ck-preflight").count() == 2
+            assert gauge.locator(".ck-bytes").inner_text() == expected["bytes"]
+            assert gauge.locator(".ck-bytes-pct").inner_text() == expected["bytes_pct"]
+            assert gauge.locator(".ck-tokens").inner_text() == expected["tokens"]
+            assert gauge.locator(".ck-messages").inner_text() == expected["messages"]
+            assert gauge.locator(".ck-cap").inner_text() == f"cap: {expected['cap']}"
+            assert expected["state"] in gauge.locator(".ck-state").inner_text()
+            assert gauge.locator(".ck-preflight").count() == 2  # the 85% line on both bars
 
             rows = dash.locator(".ck-timeline-table tr.ck-row")
-            assert rows.count() == 2
-            assert "payload_too_large" in rows.nth(0).inner_text() and "recovered" in rows.nth(0).inner_text()
-            summary = rows.nth(1).inner_text()
-            assert "summarize (L2)" in summary and "applied" in summary and "$0.0021" in summary
+            assert rows.count() == expected["rows"] > 0
             assert dash.locator(".ck-timeline-table tr.ck-running").count() == 0
+            recovered = dash.locator(".ck-timeline-table tr.ck-recovered")
+            assert recovered.count() == 1 and "waf_rejection" in recovered.inner_text()
+            summaries = dash.locator(".ck-timeline-table tr.ck-applied", has_text="summarize (L2)")
+            assert summaries.count() >= 1 and "tok)" in summaries.first.inner_text()
 
             archive_rows = dash.locator(".ck-archive-table tr.ck-row")
-            assert archive_rows.count() == 1 and "read_file src/config.py" in archive_rows.nth(0).inner_text()
-            assert dash.locator(".ck-archive-count").inner_text() == "1"
-            assert "history[2] (user)" in dash.locator(".ck-stub").inner_text()
-            assert dash.locator(".ck-archive .ck-content").inner_text().startswith("def parse_config(path):")
-            assert "5" in dash.locator(".ck-stats-table").inner_text()
+            assert archive_rows.count() == expected["archive"] > 0
+            assert dash.locator(".ck-archive-count").inner_text() == str(expected["archive"])
+            assert f"history[{expected['stub']}]" in dash.locator(".ck-stub").inner_text()
+            assert dash.locator(".ck-archive .ck-content").inner_text().startswith(expected["original"].strip())
+            stats = dash.locator(".ck-stats-table")
+            assert stats.locator("tr", has_text="requests").locator("td").inner_text() == str(expected["requests"])
 
             dash.screenshot(path=str(ARTIFACTS / "dashboard.png"))
         finally:

@@ -79,8 +79,8 @@ def strategy_chart(summary: pl.DataFrame) -> alt.FacetChart:
             xOffset=alt.XOffset("gateway:N"),
             tooltip=["strategy:N", "gateway:N", "metric:N", alt.Tooltip("value:Q", format=",.3g")],
         )
-        .properties(width=200, height=150)
-        .facet(facet=alt.Facet("metric:N", title=None, sort=list(_STRATEGY_METRICS.values())), columns=3)
+        .properties(width=150, height=150)
+        .facet(facet=alt.Facet("metric:N", title=None, sort=list(_STRATEGY_METRICS.values())), columns=5)
         .resolve_scale(y="independent")
         .properties(title="Strategies side by side")
     )
@@ -91,7 +91,7 @@ def _table_html(df: pl.DataFrame) -> str:
         if v is None:
             return "-"
         if isinstance(v, float):
-            return f"{v:.3g}"
+            return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
         return html.escape(str(v))
 
     head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contextkit.experiments.progress import Progress, make_progress
-from contextkit.experiments.strategies import STRATEGIES, run_strategy
+from contextkit.experiments.strategies import BASELINES, STRATEGIES, run_strategy
 from contextkit.experiments.workload import GatewaySpec, Workload
 
 if TYPE_CHECKING:
@@ -93,18 +93,27 @@ def results_schema() -> pl.Schema:
     return pl.Schema({name: dtypes[kind] for name, kind in RESULTS_COLUMNS.items()})
 
 
-def _prefix_reuse(sim: Any) -> float | None:
+def _prefix_samples(sim: Any) -> list[Any]:
+    """PrefixProbe readings over the turn requests the simulator received, in order."""
     from contextkit.prefix import PrefixProbe
 
     probe = PrefixProbe()
-    shares = []
-    for record in sim.requests:
-        if record.kind != "turn":
-            continue
-        sample = probe.feed(sim.body(record.seq))
-        if sample.share is not None:
-            shares.append(sample.share)
-    return sum(shares) / len(shares) if shares else None
+    return [probe.feed(sim.body(r.seq)) for r in sim.requests if r.kind == "turn"]
+
+
+def _with_prefix(events: list[Any], samples: list[Any]) -> list[Any]:
+    """Baselines do not probe their own bodies: fill their request events from the wire."""
+    from dataclasses import replace
+
+    from contextkit.events import RequestEvent
+
+    requests = [i for i, e in enumerate(events) if isinstance(e, RequestEvent)]
+    if len(requests) != len(samples):
+        return events
+    out = list(events)
+    for i, sample in zip(requests, samples, strict=True):
+        out[i] = replace(out[i], prefix_shared_bytes=sample.shared_bytes, prefix_share=sample.share)
+    return out
 
 
 def _warm_up() -> None:
@@ -135,7 +144,11 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
         run = run_strategy(spec.strategy, workload, gw, sim, spec.run_id)
         wall = time.perf_counter() - started
         records = sim.requests
-        reuse = _prefix_reuse(sim)
+        samples = _prefix_samples(sim)
+    shares = [x.share for x in samples if x.share is not None]
+    reuse = sum(shares) / len(shares) if shares else None
+    if spec.strategy in BASELINES:
+        run.events = _with_prefix(run.events, samples)
     accepted = [r for r in records if r.accepted]
     row: dict[str, Any] = {
         "run_id": spec.run_id,

@@ -13,13 +13,14 @@ Pass a Session (live) or an Archive alone (static; call ``refresh()`` after chan
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import ipywidgets as W
 import traitlets as T
 
 from contextkit.errors import UsageError
-from contextkit.events import ArchiveEvent, Event, EventLog, HistoryEvent
+from contextkit.events import ArchiveEvent, CompactionEvent, Event, EventLog, HistoryEvent, RecoveryEvent
 from contextkit.markers import marker
 from contextkit.sizing import format_size
 from contextkit.widgets._view import EventFeed, call_quietly, close_view
@@ -56,7 +57,9 @@ class ArchiveBrowser(W.VBox):
     query = T.Unicode("")
     original = T.Unicode(None, allow_none=True, help="original content of the selected entry")
 
-    def __init__(self, session_or_archive: Any, *, max_items: int = 8, max_tokens: int = 1500, **kwargs: Any):
+    def __init__(
+        self, session_or_archive: Any, *, max_items: int = 8, max_tokens: int = 1500, max_rows: int = 500, **kwargs: Any
+    ):
         source = session_or_archive
         events = getattr(source, "events", None)
         if isinstance(events, EventLog):
@@ -69,7 +72,7 @@ class ArchiveBrowser(W.VBox):
                 f"ArchiveBrowser needs a contextkit Session or Archive; got {type(source).__name__}. "
                 "Pass session (live view) or contextkit.archive.Archive (static view)."
             )
-        self.max_items, self.max_tokens = max_items, max_tokens
+        self.max_items, self.max_tokens, self.max_rows = max_items, max_tokens, max_rows
         self.header = W.HTML()
         self.entry_list = W.Select(options=[], value=None, rows=5, layout=W.Layout(width="100%"))
         self.entry_list.add_class("ck-archive-list")
@@ -158,6 +161,13 @@ class ArchiveBrowser(W.VBox):
                 self._rows[event.key] = entry_row({**row, "turn": event.turn})
                 if not self._feed.replaying:
                     self._render()
+        elif isinstance(event, CompactionEvent | RecoveryEvent) and event.archived_keys:
+            # compaction archives without an ArchiveEvent: look the new keys up (one row each)
+            missing = [k for k in event.archived_keys if k not in self._rows]
+            if missing and self.archive is not None:
+                self._add_entries(self._read_entries(missing))
+                if not self._feed.replaying:
+                    self._render()
         elif isinstance(event, HistoryEvent) and self.selected_key and not self._feed.replaying:
             self._show_stub(self._read_history())  # on the session's own thread
 
@@ -170,8 +180,20 @@ class ArchiveBrowser(W.VBox):
             self.search_for(str(change["new"]))
 
     # -- reads (no lock held) ----------------------------------------------------------------------
-    def _read_entries(self) -> list[Any]:
-        return list(call_quietly(self.archive.entries, []) or []) if self.archive is not None else []
+    def _read_entries(self, keys: list[str] | None = None) -> list[Any]:
+        """All entries, or those of ``keys`` (``archive.entry(key)`` when the archive has it)."""
+        archive = self.archive
+        if archive is None:
+            return []
+        entry = getattr(archive, "entry", None)
+        if keys is not None and callable(entry):
+            found = [call_quietly(partial(entry, k)) for k in keys]
+            return [e for e in found if e is not None]
+        entries = list(call_quietly(archive.entries, []) or [])
+        if keys is not None:
+            wanted = set(keys)
+            entries = [e for e in entries if entry_row(e)["key"] in wanted]
+        return entries
 
     def _read_history(self) -> list[Any]:
         return list(call_quietly(lambda: list(self._session.history), []) or []) if self._session is not None else []
@@ -240,18 +262,23 @@ class ArchiveBrowser(W.VBox):
         rows = list(self._rows.values())
         self.entries = rows
         found = self._found
-        shown = rows if found is None else [self._rows[k] for k in found if k in self._rows]
-        self.visible_keys = [r["key"] for r in shown]
+        # everything newest first, or the search results in recall_context's order
+        matches = rows[::-1] if found is None else [self._rows[k] for k in found if k in self._rows]
+        listed = matches[: self.max_rows]
+        self.visible_keys = [r["key"] for r in listed]
         total = sum(r["bytes"] for r in rows)
         where = "" if self.archive is not None else " (this session has no archive)"
         self.header.value = (
             f"{_MONO}<div class='ck-archive-header'><b>Recall archive</b> · <span class='ck-archive-count'>"
             f"{len(rows)}</span> {'entry' if len(rows) == 1 else 'entries'}, {esc(format_size(total))}{esc(where)}</div>"
         )
-        self.table.value = table_html(
-            shown[-50:], ENTRY_COLUMNS, css="ck-archive-table", empty="no archived content yet"
+        more = f"newest {len(listed)} of {len(matches)} shown; search to find older entries" if found is None else ""
+        table = table_html(listed, ENTRY_COLUMNS, css="ck-archive-table", empty="no archived content yet")
+        self.table.value = (
+            f"<div class='ck-scroll' style='max-height:200px;overflow-y:auto'>{table}</div>"
+            f"<div class='ck-more' style='font-size:11px;color:#777'>{esc(more if len(matches) > len(listed) else '')}</div>"
         )
-        options = [(_label(r), r["key"]) for r in shown]
+        options = [(_label(r), r["key"]) for r in listed]
         if list(self.entry_list.options) != options:
             keep = self.selected_key if self.selected_key in self.visible_keys else None
             self.entry_list.options = options

@@ -230,11 +230,13 @@ class PhaseTimeline(W.VBox):
                 f"<div class='ck-idle-line' style='font-size:12px'><b>Compaction &amp; recovery</b> · "
                 f"{done} phase rows, {rec} recovery rows · idle</div>"
             )
-        self.table.value = _STYLE + table_html(
-            self.rows,
+        # newest first in a scroll box: the live end stays in view during a long run
+        table = table_html(
+            self.rows[::-1],
             COLUMNS,
             css="ck-timeline-table",
             row_class="ck-row",
             row_class_key="outcome",
             empty="no compaction or recovery yet",
         )
+        self.table.value = f"{_STYLE}<div class='ck-scroll' style='max-height:360px;overflow-y:auto'>{table}</div>"
