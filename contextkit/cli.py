@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         from contextkit.sim import run_sim_cli
 
         return run_sim_cli(rest)
-    from contextkit.experiments import run_experiment_cli
+    from contextkit.experiments.report import run_experiment_cli
 
     return run_experiment_cli(rest)
 
