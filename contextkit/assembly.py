@@ -208,13 +208,13 @@ class Assembler:
 
     def __post_init__(self) -> None:
         self.blocks = list(self.blocks)
+        for b in self.blocks:
+            if not isinstance(b, Block):
+                raise ConfigError(f"Assembler takes Block values, got {type(b).__name__}")
         names = [b.name for b in self.blocks]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ConfigError(f"block names must be unique; repeated: {', '.join(dup)}")
-        for b in self.blocks:
-            if not isinstance(b, Block):
-                raise ConfigError(f"Assembler takes Block values, got {type(b).__name__}")
 
     @property
     def layout(self) -> list[Block]:

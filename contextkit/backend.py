@@ -79,6 +79,4 @@ def stream_chunk_builder(chunks: list[Any], messages: list[dict[str, Any]] | Non
 
 def trim_messages(messages: list[dict[str, Any]], model: str, max_tokens: int) -> list[dict[str, Any]]:
     """litellm's own ``trim_messages`` (a baseline strategy for experiments)."""
-    from litellm.utils import trim_messages as _trim
-
-    return list(_trim(messages, model=model, max_tokens=max_tokens))
+    return list(litellm().utils.trim_messages(messages, model=model, max_tokens=max_tokens))

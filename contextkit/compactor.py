@@ -31,7 +31,7 @@ from contextkit.compaction import (
 )
 from contextkit.events import CompactionEvent, EventLog, NoticeEvent
 from contextkit.markers import ArchiveSink
-from contextkit.messages import Message
+from contextkit.messages import Message, wire_safe
 from contextkit.policy import budgets, shrink, trim, truncate
 from contextkit.policy import microcompact as micro
 from contextkit.policy import summary as s2
@@ -225,7 +225,7 @@ class Compactor:
             return
         since = (len(run.history), run.bytes, run.tokens())
         segment_text = s2.summarizer_input(plan, archive=self.archive, window_tokens=window)
-        prompt = s2.summary_prompt(segment_text, instruction)
+        prompt = wire_safe(s2.summary_prompt(segment_text, instruction))  # the request must encode
         self._flush(plan.segment, info, "summarize")
         self._emit(run, info, "summarize", "Summarizing old messages via LLM (may take 30-90 s)", "running", 2)
         accepted: SummaryResponse | None = None

@@ -25,7 +25,7 @@ from typing import Any
 from contextkit.classify import Failure, FailureKind, classify_failure
 from contextkit.errors import AuthenticationFailed, PayloadFloorError, ProviderError, RecoveryFailedError
 from contextkit.events import CapEvent, EventLog, HistoryEvent, RecoveryEvent, RequestEvent
-from contextkit.markers import ArchiveSink
+from contextkit.markers import ArchiveSink, marker
 from contextkit.messages import Message, ToolCall, to_wire_list
 from contextkit.policy.budgets import aggressive_level1, enforce_tool_result_budgets
 from contextkit.policy.microcompact import MicrocompactConfig, microcompact
@@ -251,6 +251,8 @@ def outgoing(ctx: FlowContext) -> tuple[list[Message], Measure]:
     repaired, report = repair_tool_pairing(st.history, archive=ctx.archive)
     if report.changed:
         st.history = repaired
+        archived = " ".join(marker(k) for k in report.archived_keys)
+        ctx.notify("pairing", report.describe() + (f"; removed results archived as {archived}" if archived else ""), "info")
     out, _ = enforce_tool_result_budgets(
         st.history, archive=ctx.archive, turn_budget=st.turn_budget, per_result=st.per_result_budget
     )
@@ -328,11 +330,22 @@ def check_floor(ctx: FlowContext, failure: Failure, sent: Measure) -> None:
                 tokens_before=sent.tokens,
             )
         )
+        if base * 2 >= minimal:
+            text = (
+                f"The gateway rejected a {format_size(rejected)} request, but the system prompt plus tool schemas alone "
+                f"are {format_size(base)} ({format_size(minimal)} with your newest message), so no history compaction "
+                "can make the request fit. Shorten the system prompt, register fewer tools (or shorter tool "
+                "descriptions), drop skills/personas, or raise the gateway's body-size limit."
+            )
+        else:  # the user's own new message is what does not fit
+            text = (
+                f"The gateway rejected a {format_size(rejected)} request, but your newest message with the system "
+                f"prompt and tool schemas ({format_size(base)}) is {format_size(minimal)}, so no history compaction can "
+                "make the request fit. Send a shorter message (split it, or send an excerpt or a line range instead "
+                "of the whole text), or raise the gateway's body-size limit."
+            )
         raise PayloadFloorError(
-            f"The gateway rejected a {format_size(rejected)} request, but the system prompt plus tool schemas alone are "
-            f"{format_size(base)} ({format_size(minimal)} with your newest message), so no history compaction can make "
-            "the request fit. Shorten the system prompt, register fewer tools (or shorter tool descriptions), drop "
-            "skills/personas, or raise the gateway's body-size limit.",
+            text,
             base_bytes=minimal,
             rejected_bytes=rejected,
             failure=failure,

@@ -19,6 +19,17 @@ Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 
 MARKER_RE = re.compile(r"<<ccr:([0-9a-f]{16})>>")
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def wire_safe(text: str) -> str:
+    """``text`` as every JSON encoder and provider accepts it: lone surrogates (from bad decoding)
+    become U+FFFD, which has the same UTF-8 size. The history and the archive keep the original."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE_RE.sub("\ufffd", text)
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,15 +172,17 @@ def to_wire(message: Message) -> dict[str, Any]:
     if message.images:
         parts: list[dict[str, Any]] = []
         if message.content:
-            parts.append({"type": "text", "text": message.content})
+            parts.append({"type": "text", "text": wire_safe(message.content)})
         parts.extend({"type": "image_url", "image_url": {"url": url}} for url in message.images)
         wire["content"] = parts
     elif message.role == "assistant" and message.tool_calls and not message.content:
         wire["content"] = None
     else:
-        wire["content"] = message.content
+        wire["content"] = wire_safe(message.content)
     if message.tool_calls:
         wire["tool_calls"] = [call.to_wire() for call in message.tool_calls]
+        for call in wire["tool_calls"]:
+            call["function"]["arguments"] = wire_safe(call["function"]["arguments"])
     if message.tool_call_id is not None:
         wire["tool_call_id"] = message.tool_call_id
     if message.name is not None and message.role != "tool":
@@ -194,7 +207,8 @@ def _text_and_images(content: Any, where: str) -> tuple[str, tuple[str, ...]]:
                 raise InvalidMessageError(f"{where}: content parts must be dicts, got {type(part).__name__}")
             kind = part.get("type")
             if kind == "text":
-                texts.append(str(part.get("text", "")))
+                text = part.get("text")
+                texts.append(text if isinstance(text, str) else "" if text is None else str(text))
             elif kind == "image_url":
                 url = part.get("image_url")
                 images.append(str(url.get("url", "")) if isinstance(url, Mapping) else str(url))
@@ -244,19 +258,25 @@ def from_wire(raw: Mapping[str, Any] | Message, *, index: int | None = None) -> 
     if role != "assistant" and "content" not in raw:
         raise InvalidMessageError(f"{where}: a {role} message needs 'content'")
     text, images = _text_and_images(raw.get("content"), where)
-    calls = tuple(_tool_call_from_wire(c, where) for c in (raw.get("tool_calls") or ()))
+    raw_calls = raw.get("tool_calls") or ()
+    if not isinstance(raw_calls, list | tuple):
+        raise InvalidMessageError(f"{where}: tool_calls must be a list of tool calls, got {type(raw_calls).__name__}")
+    calls = tuple(_tool_call_from_wire(c, where) for c in raw_calls)
     if role != "assistant" and calls:
         raise InvalidMessageError(f"{where}: only assistant messages may carry tool_calls (got role {role!r})")
     tool_call_id = raw.get("tool_call_id")
     if role == "tool" and not tool_call_id:
         raise InvalidMessageError(f"{where}: a tool message needs 'tool_call_id' naming the call it answers")
     reasoning = raw.get("reasoning_content")
+    name = raw.get("name")
+    if name is not None and not isinstance(name, str):
+        raise InvalidMessageError(f"{where}: 'name' must be a string, got {type(name).__name__}")
     return Message(
         role=role,
         content=text,
         tool_calls=calls,
         tool_call_id=str(tool_call_id) if tool_call_id is not None else None,
-        name=raw.get("name"),
+        name=name,
         images=images,
         reasoning=reasoning if isinstance(reasoning, str) else None,
     )

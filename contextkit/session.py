@@ -24,7 +24,7 @@ from contextkit.archive import Archive
 from contextkit.compaction import CompactionStats
 from contextkit.compactor import Compactor, WorkbenchWriter
 from contextkit.errors import ConfigError, InvalidMessageError
-from contextkit.events import EventLog, NoticeEvent
+from contextkit.events import ArchiveEvent, EventLog, NoticeEvent
 from contextkit.flow import (
     CallModel,
     FlowContext,
@@ -86,6 +86,9 @@ class Session:
         self._litellm_kwargs.pop("timeout", None)
         self.archive = archive if archive is not None else Archive(session_id=self.session_id)
         self.events = events if events is not None else EventLog()
+        observe = getattr(self.archive, "observe", None)
+        if callable(observe):
+            observe(self._on_archived)
         self._tools = as_tools(tools)
         self._status: StatusSink | None = stderr_status if status is True else (status or None)  # type: ignore[assignment]
         self._lock = threading.RLock()
@@ -209,8 +212,13 @@ class Session:
 
     def add_messages(self, messages: Sequence[Any]) -> None:
         """Append existing messages (dicts or Message) to the history without a request."""
+        if isinstance(messages, str | bytes | dict | Message) or not isinstance(messages, Sequence):
+            raise InvalidMessageError(
+                f"add_messages() takes a list of messages (dicts or Message), got {type(messages).__name__}"
+            )
         with self._lock:
-            self._state.history.extend(from_wire(m, index=i) for i, m in enumerate(messages))
+            # validate every message before appending any: a bad one leaves the history untouched
+            self._state.history.extend([from_wire(m, index=i) for i, m in enumerate(messages)])
             emit_history(self._context(), "user")
 
     # persistence ----------------------------------------------------------------------------------
@@ -292,6 +300,13 @@ class Session:
         # The session's own (possibly configured) window when it also summarizes.
         return self._state.context_window if self.summarizer.model == self.model else None
 
+    def _on_archived(self, item: Any) -> None:
+        turn = self._state.turn if hasattr(self, "_state") else 0
+        self.events.append(
+            ArchiveEvent(session_id=self.session_id, turn=turn, action="put", key=item.key, kind=item.kind,
+                         bytes=item.bytes, origin=item.origin)
+        )
+
     def _notify_status(self, text: str) -> None:
         if self._status is not None:
             self._status(text)
@@ -326,7 +341,7 @@ class Session:
             messages = [Message.user(text)]
         elif isinstance(text, Message):
             messages = [text]
-        elif isinstance(text, Sequence):
+        elif isinstance(text, Sequence) and not isinstance(text, bytes | bytearray):
             messages = [from_wire(m, index=i) for i, m in enumerate(text)]
         else:
             raise InvalidMessageError(

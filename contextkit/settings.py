@@ -6,6 +6,7 @@ mutated; a session takes a ``Limits`` value (its own copy) and every override is
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -69,14 +70,17 @@ class Limits:
             object.__setattr__(self, "max_payload", parse_size(self.max_payload, what="max_payload"))
         if isinstance(self.max_payload, int) and (isinstance(self.max_payload, bool) or self.max_payload <= 0):
             raise ConfigError(f"max_payload must be a positive size such as '128KB', got {self.max_payload!r}")
-        if self.context_window is not None and self.context_window <= 0:
-            raise ConfigError(f"context_window must be a positive number of tokens, got {self.context_window}")
+        window = self.context_window
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
+            raise ConfigError(f"context_window must be a positive whole number of tokens, got {window!r}")
+        if self.compact_model is not None and not isinstance(self.compact_model, str):
+            raise ConfigError(f"compact_model must be a litellm model string or None, got {self.compact_model!r}")
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in {"context_window", "max_payload", "compact_model"}:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ConfigError(f"Limits.{f.name} must be a number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ConfigError(f"Limits.{f.name} must be a finite number, got {value!r}")
             if value < 0 or (value == 0 and f.name not in {"max_retries", "retry_backoff", "max_token_escalations"}):
                 raise ConfigError(f"Limits.{f.name} must be greater than zero, got {value!r}")
         if self.microcompact_summarize_turns < self.microcompact_truncate_turns:

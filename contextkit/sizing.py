@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import threading
@@ -46,8 +47,8 @@ def parse_size(value: str | int | float, *, what: str = "size") -> int:
             raise ConfigError(f"{what}: must be a positive number of bytes, got {value}")
         return value
     if isinstance(value, float):
-        if value <= 0:
-            raise ConfigError(f"{what}: must be positive, got {value}")
+        if not math.isfinite(value) or int(value) <= 0:
+            raise ConfigError(f"{what}: must be a positive, finite number of bytes, got {value}")
         return int(value)
     if not isinstance(value, str):
         raise ConfigError(f"{what}: expected a size such as {SIZE_FORMS}, got {type(value).__name__}")
@@ -55,6 +56,8 @@ def parse_size(value: str | int | float, *, what: str = "size") -> int:
     if not match:
         raise ConfigError(f"{what}: cannot read {value!r} as a size; use {SIZE_FORMS}")
     number = float(match.group(1))
+    if not math.isfinite(number):
+        raise ConfigError(f"{what}: {value!r} is too large; use {SIZE_FORMS}")
     unit = match.group(2).lower() if match.group(2) else None
     size = int(number * _UNITS[unit])
     if size <= 0:

@@ -2,6 +2,34 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from contextkit._offline import ensure_offline
 
 ensure_offline()
+
+
+# --- slow tests and report tables (reliability suite) --------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-slow", action="store_true", default=False, help="also run tests marked slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # `-m slow` selects them explicitly; otherwise slow tests need --run-slow.
+    if config.getoption("--run-slow") or "slow" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run with --run-slow (or -m slow)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Tables that test modules left on ``config.contextkit_reports`` (e.g. the fault matrix)."""
+    for title, table in getattr(config, "contextkit_reports", []):
+        terminalreporter.write_sep("=", title)
+        terminalreporter.write_line(table)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,21 @@ def test_sweep_on_a_dask_cluster_gives_the_same_results(local_sweep: pl.DataFram
         shares = requests.filter(pl.col("session_id") == row["run_id"])["prefix_share"]
         assert shares.null_count() == 1  # only the first request has no previous body
         assert shares.drop_nulls().mean() == pytest.approx(row["prefix_reuse"])
+
+
+@pytest.mark.slow
+def test_sweep_on_a_dask_cluster_of_worker_processes(local_sweep: pl.DataFrame) -> None:
+    """The same sweep on separate dask worker processes (each imports litellm: ~15 s more)."""
+    from dask.distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        df = run_sweep(STRATEGIES, [GatewaySpec()], SEEDS, TURNS, executor=client.get_executor(), progress=False)
+        pids = client.run(os.getpid)
+    assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
+    assert df.select(DETERMINISTIC).equals(local_sweep.select(DETERMINISTIC))
 
 
 def test_crashed_runs_become_rows_and_progress_is_reported() -> None:

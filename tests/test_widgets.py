@@ -33,6 +33,7 @@ from contextkit.events import (
 from contextkit.markers import marker
 from contextkit.messages import Message
 from contextkit.settings import Limits
+from contextkit.sizing import format_size
 from contextkit.widgets import ArchiveBrowser, Dashboard, HistoryGauge, PhaseTimeline, archive_html, session_html
 from contextkit.widgets.html import COLOURS
 from contextkit.widgets.timeline import timeline_rows
@@ -503,7 +504,10 @@ def test_dashboard_follows_a_real_session_after_every_event() -> None:
     m = s.measure()
     assert (gauge.request_bytes, gauge.messages, gauge.tokens) == (m.bytes, m.messages, m.tokens)
     assert gauge.cap_source == "learned" and gauge.cap_bytes == s.payload_cap
-    assert gauge.cap_detail.startswith("learned ") and f"rejected {_kb(rejected[0].bytes)} request" in gauge.cap_detail
+    assert (
+        gauge.cap_detail.startswith("learned ")
+        and f"rejected {format_size(rejected[0].bytes)} request" in gauge.cap_detail
+    )
     assert gauge.bytes_ratio == pytest.approx(m.bytes / (s.payload_cap or 1))
 
     recovery = [r for r in timeline.rows if r["what"] == "recovery"]
@@ -517,13 +521,9 @@ def test_dashboard_follows_a_real_session_after_every_event() -> None:
 
     # the newest summary transcript is referenced from the live history
     stubbed = next(r["key"] for r in reversed(browser.entries) if any(marker(r["key"]) in h.content for h in s.history))
+    html = s._repr_html_()  # the static fallback the Session hooks in
+    assert "cap source" in html and "learned" in html and "waf_rejection=1" in html
     browser.select(stubbed)
     assert browser.stub_indices and marker(stubbed) in s.history[browser.stub_indices[0]].content
     assert browser.original == s.archive.get(stubbed)
     dash.close()
-
-
-def _kb(n: int) -> str:
-    from contextkit.sizing import format_size
-
-    return format_size(n)

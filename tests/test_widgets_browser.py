@@ -1,9 +1,12 @@
 """The dashboard in a real JupyterLab, rendered by headless Debian Chromium (SPEC S8.5).
 
 Starts JupyterLab on 127.0.0.1 (free port, no token, private settings and workspace folders),
-opens a notebook generated here, runs all cells through the Lab UI — a session against the
-gateway simulator with the Dashboard displayed, then turns that force compaction and recovery —
-waits for the widgets, asserts on the DOM and saves ``test-artifacts/dashboard.png``.
+opens a notebook generated here and runs all cells through the Lab UI: a real Session against
+the gateway simulator with the Dashboard displayed, then turns (from a background thread and from
+the kernel's event loop) that force a gateway rejection, a learned cap, recovery and summaries,
+then a 3 s summary. The test sees that summary's running row live (``dashboard-running.png``),
+waits for the end, compares the DOM with the values the kernel printed (gauge, timeline rows,
+archive rows, stub, stats) and saves ``test-artifacts/dashboard.png``.
 
 Part of the default test run: a missing ``/usr/bin/chromium`` is a failure (``.ci/run``
 installs it), never a skip.
@@ -72,6 +75,12 @@ worker = threading.Thread(target=turns, args=(0, 8))  # the dashboard updates fr
 worker.start(); worker.join()
 await session.asend("turn 8: and this one\\n" + logs.tail_log(80).content)  # ... and from the kernel's event loop
 turns(9, 10)
+gw.configure(latency=3.0)  # the next summary stays in flight for 3 s: the test watches its running row
+slow = threading.Thread(target=session.compact)
+slow.start()
+"""
+FINISH = """\
+slow.join()
 stubbed = next(e.key for e in reversed(session.archive.entries())
                if any(marker(e.key) in m.content for m in session.history))
 dash.browser.select(stubbed)
@@ -97,7 +106,7 @@ def _free_port() -> int:
 
 def _write_notebook(folder: Path) -> None:
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in (SETUP, SHOW, DRIVE)]
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in (SETUP, SHOW, DRIVE, FINISH)]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     nbformat.write(nb, folder / NOTEBOOK)
 
@@ -125,6 +134,7 @@ def lab(tmp_path: Path) -> Iterator[str]:
     env.update(
         JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "labsettings"),
         JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),  # no user-level server/lab config leaks in
         JUPYTER_PLATFORM_DIRS="1",
         LITELLM_LOCAL_MODEL_COST_MAP="True",
         LITELLM_LOG="ERROR",
@@ -223,6 +233,15 @@ def test_dashboard_renders_and_updates_in_jupyterlab(lab: str) -> None:
             for dialog in page.locator(".jp-Dialog .jp-mod-accept").all():
                 dialog.click()
             _run_all_cells(page)
+            running = page.locator(".ck-running-line", has_text="summarize")
+            try:  # the live view of a long summary, while the kernel is still busy
+                running.wait_for(timeout=40_000)
+            except PlaywrightTimeout as exc:
+                page.screenshot(path=str(ARTIFACTS / "dashboard-failure.png"))
+                raise AssertionError(f"no running summary row; outputs:\n{_outputs_text(page)}") from exc
+            live = page.locator(".ck-timeline-table tr.ck-running", has_text="summarize (L2)")
+            assert live.count() == 1 and "manual" in live.inner_text(), _outputs_text(page)
+            page.locator(".ck-dashboard").screenshot(path=str(ARTIFACTS / "dashboard-running.png"))
             done = page.locator(".jp-OutputArea-output", has_text=DONE)
             try:
                 done.wait_for(timeout=40_000)
@@ -251,7 +270,8 @@ def test_dashboard_renders_and_updates_in_jupyterlab(lab: str) -> None:
             recovered = dash.locator(".ck-timeline-table tr.ck-recovered")
             assert recovered.count() == 1 and "waf_rejection" in recovered.inner_text()
             summaries = dash.locator(".ck-timeline-table tr.ck-applied", has_text="summarize (L2)")
-            assert summaries.count() >= 1 and "tok)" in summaries.first.inner_text()
+            assert summaries.count() >= 2 and "tok)" in summaries.first.inner_text()
+            assert "manual" in summaries.first.inner_text()  # newest first: the slow one, now applied
 
             archive_rows = dash.locator(".ck-archive-table tr.ck-row")
             assert archive_rows.count() == expected["archive"] > 0

@@ -11,11 +11,12 @@ from contextkit.archive.recall import (
     recall_tool_schema,
 )
 from contextkit.archive.search import ContextItem, RecallContext, recall_context_tool_schema
-from contextkit.archive.store import Archive, ArchiveEntry, SearchHit, default_archive_path
+from contextkit.archive.store import Archive, ArchivedItem, ArchiveEntry, SearchHit, default_archive_path
 
 __all__ = [
     "Archive",
     "ArchiveEntry",
+    "ArchivedItem",
     "ContextItem",
     "RecallContext",
     "RecallResult",

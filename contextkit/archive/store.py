@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,17 @@ if TYPE_CHECKING:
     from contextkit.messages import Message, Origin
 
 __all__ = ["Archive", "ArchiveEntry", "SearchHit", "default_archive_path"]
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedItem:
+    """What an observer hears about a newly stored entry (no content)."""
+
+    key: str
+    kind: str
+    bytes: int
+    origin: str
+    turn: int | None
 
 
 class Archive:
@@ -78,6 +90,7 @@ class Archive:
         with _store.lock:
             _store.users += 1
         self._closed = False
+        self._observers: list[Callable[[ArchivedItem], None]] = []
         self.session_id = session_id
         self._scopes: dict[str, None] = {session_id: None}
         self.grant(*((read_scopes,) if isinstance(read_scopes, str) else read_scopes))
@@ -125,6 +138,11 @@ class Archive:
     def __repr__(self) -> str:
         return f"Archive({self._store.label!r}, session_id={self.session_id!r})"
 
+    def _repr_html_(self) -> str:
+        from contextkit.widgets.html import archive_html
+
+        return archive_html(self)
+
     def _scope_sql(self) -> tuple[str, list[str]]:
         scopes = list(self._scopes)
         return ",".join("?" * len(scopes)), scopes
@@ -166,12 +184,24 @@ class Archive:
                     f"archive key {key} already holds different content (a SHA-256 prefix collision or a "
                     "corrupted archive); archive this content in a fresh archive file"
                 )
-            conn.execute(
+            added = conn.execute(
                 "INSERT OR IGNORE INTO entries(session_id, key, kind, origin_json, origin_text, turn, bytes, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (self.session_id, key, kind, origin_json, origin_text, turn, len(data), time.time()),
-            )
+            ).rowcount
+        if added:
+            for observer in list(self._observers):
+                observer(ArchivedItem(key, kind, len(data), origin_text, turn))
         return key
+
+    def observe(self, callback: Callable[[ArchivedItem], None]) -> Callable[[], None]:
+        """Call ``callback(item)`` after each new entry this archive stores; returns an unsubscribe function."""
+        self._observers = [*self._observers, callback]
+
+        def unsubscribe() -> None:
+            self._observers = [o for o in self._observers if o is not callback]
+
+        return unsubscribe
 
     # reading --------------------------------------------------------------------------------------
     def get(self, key: str) -> str | None:

@@ -42,7 +42,7 @@ SWEEPS: dict[str, Sweep] = {
         "contextkit vs none across gateway caps and rejection styles, 5 seeds x 30 turns",
         strategies=("contextkit", "contextkit-learned-cap", "none"),
         gateways=(
-            GatewaySpec("64KB-413", max_body="64KB", reject_with="413"),
+            GatewaySpec("24KB-413", max_body="24KB", reject_with="413"),
             GatewaySpec("128KB-waf403", max_body="128KB", reject_with="waf403"),
             GatewaySpec("256KB-drop", max_body="256KB", reject_with="drop"),
         ),

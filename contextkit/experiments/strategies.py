@@ -119,16 +119,9 @@ def _baseline(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_
                 response = backend.completion(model, sent, timeout=REQUEST_TIMEOUT, tools=tools, **kwargs)
             except Exception as exc:  # noqa: BLE001 - every provider/gateway error ends a baseline run
                 failure = classify_failure(exc, request_bytes=size)
-                record(
-                    turn,
-                    size,
-                    len(sent),
-                    started,
-                    outcome="rejected",
-                    failure_kind=failure.kind.value,
-                    status=failure.status,
-                )
-                text = f"{failure.kind.value}: {failure.reason}"
+                kind = failure.kind.value
+                record(turn, size, len(sent), started, outcome="rejected", failure_kind=kind, status=failure.status)
+                text = f"{kind}: {failure.reason}"
                 return StrategyRun(turn, text, list(log), recoverable=_share_in(workload.outputs, _text(sent)))
             usage = getattr(response, "usage", None)
             record(

@@ -1,7 +1,8 @@
 """``ArchiveBrowser``: what the recall archive holds and where it is referenced (S8.3).
 
 Entries (key, kind, origin, size, turn) come from ``archive.entries()`` once, then from the
-session's ``ArchiveEvent``s (no re-reading per event). The search box runs
+session's events: an ``ArchiveEvent`` carries the row itself, the ``archived_keys`` of a compaction
+or recovery step are looked up one by one (the archive is never re-listed). The search box runs
 ``archive.recall_context_result(query)`` — the same bounded pack the model would get — and
 narrows the list to its items. Selecting an entry shows its original content (``archive.get``)
 and the history message whose stub carries its ``<<ccr:KEY>>`` marker, refreshed on every
@@ -37,7 +38,8 @@ def stub_locations(history: Sequence[Any], key: str) -> list[int]:
 
 def _label(row: dict[str, Any]) -> str:
     origin = row["origin"] if len(row["origin"]) <= 28 else row["origin"][:27] + "…"
-    return f"{row['key']}  {row['kind'][:12]:<12}  {origin:<28}  {row['size']:>9}  t{row['turn']}"
+    turn = f"turn {row['turn']}" if row["turn"] != "" else ""
+    return f"{row['key']}  {row['kind'][:12]:<12}  {origin:<28}  {row['size']:>9}  {turn}"
 
 
 def _item_key(item: Any) -> str | None:

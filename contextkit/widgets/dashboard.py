@@ -80,8 +80,8 @@ class Dashboard(W.VBox):
         self.stats = StatsTable(session)
         self.timeline = PhaseTimeline(session)
         self.browser = ArchiveBrowser(session)
-        self.gauge.layout = W.Layout(flex="2 1 360px", padding="4px 12px 4px 0")
-        self.stats.layout = W.Layout(flex="1 1 240px", padding="4px")
+        self.gauge.layout = W.Layout(flex="3 1 380px", padding="4px 12px 4px 0")
+        self.stats.layout = W.Layout(flex="2 1 320px", padding="4px")
         title = (
             f"<div class='ck-dashboard-title' style='font-size:14px'><b>contextkit</b> · "
             f"{esc(getattr(session, 'model', ''))} · session {esc(getattr(session, 'session_id', ''))}</div>"

@@ -143,8 +143,8 @@ class HistoryGauge(W.VBox):
         if self.cap_source == "learned" or self.cap_detail:
             lines.append(f"<span class='ck-cap'>cap: {esc(self.cap_detail or self.cap_source)}</span>")
         if self.notice:
-            lines.append(f"<span class='ck-notice' style='color:#8d6e00'>{esc(self.notice)}</span>")
-        self.info.value = "<div style='font-size:12px'>" + "<br>".join(lines) + "</div>"
+            lines.append(f"<span class='ck-notice' style='color:#8d6e00'>last notice: {esc(self.notice)}</span>")
+        self.info.value = "<div style='font-size:12px;line-height:1.6'>" + "<br>".join(lines) + "</div>"
 
 
 def _snapshot(session: Any) -> dict[str, Any]:

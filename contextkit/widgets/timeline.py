@@ -38,9 +38,11 @@ _STYLE = (
     ".ck-timeline tr.ck-applied td,.ck-timeline tr.ck-recovered td{background:#e8f5e9}"
     ".ck-timeline tr.ck-failed td,.ck-timeline tr.ck-rejected td,.ck-timeline tr.ck-floor td{background:#ffebee}"
     ".ck-timeline tr.ck-retrying td{background:#e3f2fd}"
-    ".ck-timeline tr.ck-skipped td,.ck-timeline tr.ck-ended td{color:#8a8a8a}</style>"
+    ".ck-timeline tr.ck-skipped td,.ck-timeline tr.ck-ended td{color:#8a8a8a}"
+    ".ck-timeline td:nth-child(5),.ck-timeline td:nth-child(6){white-space:nowrap}</style>"
 )
 FINAL_RECOVERY = ("recovered", "failed", "floor")
+_DOT = "<span style='display:inline-block;width:9px;height:9px;border-radius:50%;background:#f9a825'></span>"
 
 
 def _sizes(before: int, after: int, running: bool) -> str:
@@ -56,7 +58,9 @@ def compaction_row(event: CompactionEvent) -> Row:
         cost = (
             f"${event.summarizer_cost:.4f} ({event.summarizer_prompt_tokens}+{event.summarizer_completion_tokens} tok)"
         )
-    detail = event.status if running else (event.detail or event.status)
+    detail = event.status
+    if not running and event.detail and event.detail not in detail:
+        detail = f"{detail} ({event.detail})" if detail else event.detail
     if event.identifier_retention is not None:
         detail = f"{detail} · ids kept {event.identifier_retention:.0%}".strip(" ·")
     return {
@@ -219,7 +223,7 @@ class PhaseTimeline(W.VBox):
             r = live[-1]
             self.running = f"{r['phase']}: {r['detail']}".rstrip(": ")
             self.status.value = (
-                f"<div class='ck-running-line' style='color:#8d6e00;font-weight:600'>⏳ running "
+                f"<div class='ck-running-line' style='color:#8d6e00;font-weight:600'>{_DOT} running "
                 f"{esc(self.running)}</div>"
             )
         else:
@@ -227,8 +231,8 @@ class PhaseTimeline(W.VBox):
             done = sum(r["what"] == "compaction" for r in self.rows)
             rec = sum(r["what"] == "recovery" for r in self.rows)
             self.status.value = (
-                f"<div class='ck-idle-line' style='font-size:12px'><b>Compaction &amp; recovery</b> · "
-                f"{done} phase rows, {rec} recovery rows · idle</div>"
+                f"<div class='ck-idle-line' style='font-size:12px'>idle · {done} compaction phase"
+                f"{'' if done == 1 else 's'}, {rec} recovery step{'' if rec == 1 else 's'}</div>"
             )
         # newest first in a scroll box: the live end stays in view during a long run
         table = table_html(
