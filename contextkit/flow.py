@@ -252,7 +252,9 @@ def outgoing(ctx: FlowContext) -> tuple[list[Message], Measure]:
     if report.changed:
         st.history = repaired
         archived = " ".join(marker(k) for k in report.archived_keys)
-        ctx.notify("pairing", report.describe() + (f"; removed results archived as {archived}" if archived else ""), "info")
+        ctx.notify(
+            "pairing", report.describe() + (f"; removed results archived as {archived}" if archived else ""), "info"
+        )
     out, _ = enforce_tool_result_budgets(
         st.history, archive=ctx.archive, turn_budget=st.turn_budget, per_result=st.per_result_budget
     )
@@ -261,7 +263,8 @@ def outgoing(ctx: FlowContext) -> tuple[list[Message], Measure]:
 
 def _body(messages: list[dict[str, Any]], tools: Any) -> bytes:
     """The request body's messages and tools as sent (for the prefix probe and the resend guard)."""
-    return dumps({"messages": messages, "tools": tools}).encode("utf-8", "surrogatepass")
+    # Tools first: providers put the tool schemas ahead of the messages in the cached prompt prefix.
+    return dumps({"tools": tools, "messages": messages}).encode("utf-8", "surrogatepass")
 
 
 def learn_limits(ctx: FlowContext, failure: Failure, sent: Measure) -> None:

@@ -187,15 +187,31 @@ def text_tokens(text: str, model: str = "") -> int:
 
 
 def truncate_to_tokens(text: str, max_tokens: int, model: str = "") -> str:
-    """The longest prefix of ``text`` with at most ``max_tokens`` tokens."""
-    enc = _encoding(_encoding_name(model))
-    ids = enc.encode(text, disallowed_special=())
-    if len(ids) <= max_tokens:
-        return text
-    cut = enc.decode(ids[:max_tokens])
-    while cut and text_tokens(cut, model) > max_tokens:
-        cut = cut[:-1]
-    return cut
+    """The longest prefix of ``text`` whose ``text_tokens`` count is at most ``max_tokens``.
+
+    Walks the same chunks ``text_tokens`` counts, then binary-searches the chunk that overflows, so
+    ``text_tokens(result) <= max_tokens`` holds exactly.
+    """
+    if max_tokens <= 0 or not text:
+        return ""
+    encode = _encoding(_encoding_name(model)).encode
+    step = _chunk_chars()
+    used = 0
+    for start in range(0, len(text), step):
+        chunk = text[start : start + step]
+        cost = len(encode(chunk, disallowed_special=()))
+        if used + cost <= max_tokens:
+            used += cost
+            continue
+        lo, hi = 0, len(chunk)  # longest chunk prefix that still fits
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if used + len(encode(chunk[:mid], disallowed_special=())) <= max_tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        return text[: start + lo]
+    return text
 
 
 def message_tokens(message: Message | Mapping[str, Any], model: str = "") -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # The first code cell of every notebook: offline litellm, and the one switch to a real model.
-SETUP = '''
+SETUP = """
 import os
 
 # litellm must never fetch its model map from the network (set before importing contextkit)
@@ -19,7 +19,7 @@ if PROVIDER and not (os.environ.get("OPENAI_API_KEY") or os.environ.get("ANTHROP
     print(f"CONTEXTKIT_NOTEBOOK_MODEL={PROVIDER} is set but no OPENAI_API_KEY/ANTHROPIC_API_KEY: using the simulator")
     PROVIDER = None
 print("conversations run on:", PROVIDER or "the gateway simulator (default)")
-'''
+"""
 
 CONNECT = '''
 def connection(gw):
@@ -73,7 +73,7 @@ HTML page. The session is *not told* about this cap.
     (
         "code",
         CONNECT
-        + '''
+        + """
 from contextkit import Limits, Session, format_size
 from contextkit.archive import Archive
 from contextkit.sim import GatewaySimulator, Workspace, agent_steps
@@ -95,7 +95,7 @@ session = Session(
 )
 reply = session.send("Hello! We are going to investigate the inventory service together.")
 print(reply.text)
-''',
+""",
     ),
     (
         "md",
@@ -794,7 +794,7 @@ print("\\n".join(notes))
     (
         "md",
         """
-## Learned cap: an unknown cap
+## Learned cap: an unknown cap *(simulator only)*
 
 Now nobody told the session. The gateway rejects a 97 KB request; the failure carries the size
 we sent (we always know the body), so the session sets its cap to ¾ of it and recovers. The cap
@@ -805,7 +805,8 @@ only ever tightens, and it belongs to this session: other sessions in the proces
         "code",
         """
 notes = []
-learner = Session(model, **kwargs, system="Be brief.", limits=Limits(context_window=128_000),
+sim_model, sim_kwargs = gw.model, {"api_base": gw.api_base, "api_key": "sim-key"}  # the gateway is the subject
+learner = Session(sim_model, **sim_kwargs, system="Be brief.", limits=Limits(context_window=128_000),
                   archive=Archive.in_memory(session_id="learned"), session_id="learned", status=notes.append)
 for i in range(3):
     learner.send(f"turn {i}: log\\n" + logs.tail_log(300).content)
@@ -825,7 +826,7 @@ print("the other session keeps its configured cap:", format_size(session.payload
     (
         "md",
         """
-## The one-time notice
+## The one-time notice *(simulator only)*
 
 After the payload recovery, one user message was inserted asking the model to prefer targeted
 reads and incremental summaries. It is added **once per session** — contextkit looks for an
@@ -860,9 +861,8 @@ rungs with identical payloads, the session fails fast and names both sizes and w
         "code",
         """
 gw.configure(max_body="16KB")
-floor_model, floor_kwargs = gw.model, {"api_base": gw.api_base, "api_key": "sim-key"}
 rules = "You must follow these rules.\\n" + Workspace(seed=9, target_bytes=20_000).read_file("docs/rules.md").content
-heavy = Session(floor_model, **floor_kwargs, system=rules, limits=Limits(context_window=128_000),
+heavy = Session(sim_model, **sim_kwargs, system=rules, limits=Limits(context_window=128_000),
                 archive=Archive.in_memory(session_id="floor"), session_id="floor", status=print)
 print("system prompt:", format_size(len(rules.encode())))
 try:

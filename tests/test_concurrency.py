@@ -54,7 +54,10 @@ def workload(sid: str) -> list[dict[str, Any]]:
     """The same sizes for every session (fixed-width id), different content (the note)."""
     ws = Workspace(seed=7, target_bytes=6_000)
     outs = [ws.read_file(f"src/c{i}.py") for i in range(6)]
-    calls = [{"id": f"c{i}", "function": {"name": "read_file", "arguments": json.dumps({"path": o.path})}} for i, o in enumerate(outs)]
+    calls = [
+        {"id": f"c{i}", "function": {"name": "read_file", "arguments": json.dumps({"path": o.path})}}
+        for i, o in enumerate(outs)
+    ]
     return [
         {"role": "user", "content": f"private note of session {sid}: keep it"},
         {"role": "assistant", "content": "", "tool_calls": calls},
@@ -171,7 +174,7 @@ def test_many_sessions_share_one_archive_without_cross_talk(tmp_path: Path, sims
         assert session.limits is profile.limits
         assert all(e.session_id == sid for e in session.events), sid
         caps = [e for e in session.events if isinstance(e, CapEvent) and e.rejected_bytes]
-        assert all(e.cap_bytes == e.rejected_bytes * 3 // 4 for e in caps)
+        assert all(e.cap_bytes == (e.rejected_bytes or 0) * 3 // 4 for e in caps)
         total_requests += session.stats.requests
         # archive scope: only its own entries, and every key it wrote is readable (no lost writes)
         archive = session.archive

@@ -33,8 +33,12 @@ from contextkit.session import Session
 from contextkit.sim import GatewaySimulator, Workspace
 from contextkit.sizing import parse_size
 
-FAST = settings(max_examples=60, derandomize=True, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-LONG = settings(max_examples=3_000, derandomize=False, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+FAST = settings(
+    max_examples=60, derandomize=True, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+LONG = settings(
+    max_examples=3_000, derandomize=False, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+)
 BAD_TEXT = "invalid utf-8 \udcff\udcfe from surrogateescape, a lone \ud800 and a reversed pair \udc00\ud800"
 
 
@@ -147,7 +151,7 @@ def test_lone_surrogates_are_measured_archived_and_sent_safely(gw: GatewaySimula
     assert session.history[0].content == BAD_TEXT  # the history keeps what the user gave, byte-exact
     (record,) = gw.requests
     sent = json.loads(gw.body(record.seq))["messages"][0]["content"]
-    assert sent == BAD_TEXT.translate({c: "\ufffd" for c in range(0xD800, 0xE000)})
+    assert sent == BAD_TEXT.translate(dict.fromkeys(range(55296, 57344), "�"))
     assert len(sent.encode("utf-8")) == len(BAD_TEXT.encode("utf-8", "surrogatepass"))  # measured size holds
     assert session.measure().bytes > 0
     key = session.archive.put(BAD_TEXT, kind="message")
@@ -238,10 +242,10 @@ def test_absurd_env_values_name_the_variable(monkeypatch: pytest.MonkeyPatch, na
 
 HOSTILE = [
     "'; DROP TABLE blobs; --",
-    "\" OR 1=1 --",
+    '" OR 1=1 --',
     "../../../etc/passwd",
     "/etc/shadow\x00.txt",
-    "NEAR(a b) AND body:* OR \"",
+    'NEAR(a b) AND body:* OR "',
     "fts MATCH '*'",
     "0123456789abcdef'; DELETE FROM entries; --",
     "<<ccr:0123456789ABCDEF>>",
@@ -311,7 +315,7 @@ def test_hostile_session_ids_are_plain_data(tmp_path: Any) -> None:
     evil = "x'); DROP TABLE entries; --"
     with Archive(path, session_id=evil) as archive:
         key = archive.put("kept")
-        assert archive.get(key) == "kept"
+        assert key is not None and archive.get(key) == "kept"
     with Archive(path, session_id="other") as archive:
         assert archive.get(key) is None and len(archive.with_scope(evil)) == 1
 
@@ -319,13 +323,20 @@ def test_hostile_session_ids_are_plain_data(tmp_path: Any) -> None:
 # Hypothesis fuzzing of the public entry points -------------------------------------------------------------
 
 json_leaf = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30)
-json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
 roles = st.sampled_from(["system", "user", "assistant", "tool", "wizard", "", "USER"]) | st.text(max_size=5)
-raw_message = st.dictionaries(
-    st.sampled_from(["role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content", "extra"]),
-    json_value | roles,
-    max_size=6,
-) | json_value
+raw_message = (
+    st.dictionaries(
+        st.sampled_from(["role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content", "extra"]),
+        json_value | roles,
+        max_size=6,
+    )
+    | json_value
+)
 size_value = (
     st.integers(-(2**70), 2**70)
     | st.floats(allow_nan=True, allow_infinity=True)

@@ -190,3 +190,15 @@ def test_per_message_tokens_match_litellm(model: str) -> None:
     ]
     for m in messages:
         assert message_tokens(m, model) == backend.token_counter(model, [to_wire(m)]) - 3, m
+
+
+def test_truncate_to_tokens_never_exceeds_the_budget() -> None:
+    from contextkit.sizing import text_tokens, truncate_to_tokens
+
+    text = "checksum timeout store ✓ naïve " * 400
+    for budget in (1, 7, 100, 300, 1500, 10_000):
+        cut = truncate_to_tokens(text, budget)
+        assert text.startswith(cut)
+        assert text_tokens(cut) <= budget
+        if text_tokens(text) > budget:
+            assert text_tokens(text[: len(cut) + 8]) > budget  # and it is (nearly) the longest such prefix

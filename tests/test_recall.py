@@ -347,3 +347,17 @@ def test_recall_context_tool_schema_shape() -> None:
     assert (props["max_items"]["minimum"], props["max_items"]["maximum"]) == (1, 50)
     assert (props["max_tokens"]["minimum"], props["max_tokens"]["maximum"]) == (1, 12_000)
     assert fn["parameters"]["required"] == ["query"]
+
+
+def test_recall_context_budget_holds_for_long_source_files() -> None:
+    """Regression: chunked token counting must not let the body exceed max_tokens."""
+    from contextkit.archive import Archive
+    from contextkit.sim import Workspace
+
+    ws = Workspace(seed=5, target_bytes=20_000)
+    archive = Archive.in_memory(session_id="budget")
+    for i in range(4):
+        archive.put(ws.read_file(f"src/file_{i}.py").content, kind="read")
+    for max_items, max_tokens in ((3, 300), (8, 1500), (2, 37)):
+        result = archive.recall_context_result("checksum timeout store", max_items=max_items, max_tokens=max_tokens)
+        assert result.used_tokens <= max_tokens

@@ -34,7 +34,10 @@ def leaks(blob: str | bytes) -> list[str]:
 def history(n: int = 6) -> list[dict[str, Any]]:
     ws = Workspace(seed=4, target_bytes=8_000)
     outs = [ws.read_file(f"src/s{i}.py") for i in range(n)]
-    calls = [{"id": f"c{i}", "function": {"name": "read_file", "arguments": json.dumps({"path": o.path})}} for i, o in enumerate(outs)]
+    calls = [
+        {"id": f"c{i}", "function": {"name": "read_file", "arguments": json.dumps({"path": o.path})}}
+        for i, o in enumerate(outs)
+    ]
     return [
         {"role": "user", "content": "read the service"},
         {"role": "assistant", "content": "", "tool_calls": calls},

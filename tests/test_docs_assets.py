@@ -1,0 +1,89 @@
+"""The README's images, generated from real runs (never drawn by hand).
+
+``docs/images/level_outcomes.svg``: the per-level outcomes chart of a real session against the
+gateway simulator (an agent reading big files, then a paste far above an unknown 128 KB
+Cloudflare-style cap), through ``contextkit.analysis``. ``docs/images/dashboard.png``: the browser
+test's screenshot (``tests/test_widgets_browser.py`` writes ``test-artifacts/dashboard.png``).
+
+Every run renders and checks both; the committed files are (re)written only when missing or when
+``CONTEXTKIT_REFRESH_DOCS=1`` is set, so a test run does not dirty the work tree with images that
+differ only in timings. The browser test runs after this file: refresh the screenshot with
+``CONTEXTKIT_REFRESH_DOCS=1`` on a second run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+IMAGES = ROOT / "docs" / "images"
+SCREENSHOT = ROOT / "test-artifacts" / "dashboard.png"
+
+
+def _refresh(target: Path) -> bool:
+    return not target.exists() or os.environ.get("CONTEXTKIT_REFRESH_DOCS") == "1"
+
+
+@pytest.fixture(scope="module")
+def pressure_events() -> list[dict[str, object]]:
+    from contextkit.archive import Archive
+    from contextkit.session import Session
+    from contextkit.settings import Limits
+    from contextkit.sim import GatewaySimulator, Workspace, agent_steps
+
+    with GatewaySimulator(context_window=128_000, max_body="128KB", reject_with="waf403") as gw:
+        ws = Workspace(seed=7, target_bytes=40_000)
+        session = Session(
+            gw.model,
+            api_base=gw.api_base,
+            api_key="sim-key",
+            system="You are a careful coding agent.",
+            limits=Limits(context_window=128_000, tool_result_max_chars=60_000),
+            archive=Archive.in_memory(session_id="docs"),
+            tools=list(ws.tools.values()),
+            session_id="docs",
+            status=None,
+            on_flush=None,
+        )
+        for i, (tool, args) in enumerate(agent_steps(seed=7, steps=8), 1):
+            session.send(f"Step {i}: [[tool:{tool} {json.dumps(args)}]]")
+        session.send("The full crash log:\n" + ws.tail_log(2_600).content)
+        session.compact("keep every file path")
+        session.send("What is left to do?")
+        rejected = sum(not r.accepted for r in gw.requests)
+    assert rejected >= 1, "the story must hit the gateway, or the chart shows no recovery levels"
+    return [e.to_dict() for e in session.events]
+
+
+def test_level_outcomes_chart_for_the_readme(pressure_events: list[dict[str, object]], tmp_path: Path) -> None:
+    from contextkit.analysis import frames, level_outcomes, level_outcomes_chart, save_chart
+
+    table = level_outcomes(frames(pressure_events))
+    labels = set(table["label"].to_list())
+    assert {"recovery L1", "recovery L2", "compaction L1", "compaction L3"} <= labels, labels
+    path = save_chart(level_outcomes_chart(table), tmp_path / "level_outcomes.svg")
+    svg = path.read_text(encoding="utf-8")
+    assert svg.lstrip().startswith("<svg") and "recovery L2" in svg and "success rate" in svg
+    assert "cdn.jsdelivr" not in svg  # rendered offline, self-contained
+    target = IMAGES / "level_outcomes.svg"
+    if _refresh(target):
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    committed = target.read_text(encoding="utf-8")
+    assert committed.lstrip().startswith("<svg") and "recovery L2" in committed
+
+
+def test_dashboard_screenshot_is_copied_into_docs() -> None:
+    target = IMAGES / "dashboard.png"
+    if SCREENSHOT.exists() and _refresh(target):
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(SCREENSHOT, target)
+    # the committed image must exist and be a real PNG of the rendered dashboard, not a placeholder
+    assert target.exists(), f"{target} is missing: run tests/test_widgets_browser.py, then this test again"
+    data = target.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
