@@ -30,6 +30,7 @@ WRITER = textwrap.dedent(
             arc.put(f"{name} entry {i} " + "payload " * (i % 50), kind="tool_result", origin={"tool": name}, turn=i)
             if i % 7 == 0:
                 arc.with_scope(name).put(f"private {name} {i}")
+            time.sleep(0.002)  # a real writer does work between puts; keeps the two runs overlapping
     print("done", name)
     """
 )
