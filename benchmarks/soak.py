@@ -69,6 +69,7 @@ def soak(
     trace: bool = False,
     folder: Path | None = None,
     report: bool = True,
+    max_body: str = "256KB",
 ) -> list[Checkpoint]:
     ws = Workspace(seed=1, target_bytes=8_000)
 
@@ -78,7 +79,7 @@ def soak(
         return ToolResult(out.content, path=out.path, lines=out.lines)
 
     results: list[Checkpoint] = []
-    with tempfile.TemporaryDirectory() as tmp, GatewaySimulator(max_body="256KB", reject_with="413") as gw:
+    with tempfile.TemporaryDirectory() as tmp, GatewaySimulator(max_body=max_body, reject_with="413") as gw:
         base = folder or Path(tmp)
         archive = Archive(base / "soak.sqlite", session_id="soak")
         session = Session(
@@ -101,7 +102,7 @@ def soak(
                 m = session.measure()
                 point = Checkpoint(
                     turn, m.messages, m.bytes, len(session.events), session.events.dropped, len(archive),
-                    sum(p.stat().st_size for p in base.glob("soak.sqlite*")), len(session._meter._cache),
+                    sum(p.stat().st_size for p in base.glob("soak.sqlite*")), session._meter.entries,
                     sum(len(msg.content) for snap in session.compactor.undo_stack for msg in snap),
                     current, peak, rss_bytes(), time.perf_counter() - started,
                 )  # fmt: skip

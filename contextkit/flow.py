@@ -412,6 +412,7 @@ def turn_flow(ctx: FlowContext, new_messages: Sequence[Message], *, stream: bool
     cost = 0.0
     tool_calls = 0
     escalations = 0
+    partials: list[Message] = []  # partial answers and continuation prompts, folded away at the end
     level = 0
     retries = 0
     rejected_bodies: set[str] = set()
@@ -539,20 +540,20 @@ def turn_flow(ctx: FlowContext, new_messages: Sequence[Message], *, stream: bool
                 ctx.notify(
                     "escalation", f"reply cut at the token limit - max_tokens raised to {new}, continuing", "info"
                 )
-                st.history = [
-                    *st.history,
-                    Message.assistant(outcome.content, turn=st.turn),
-                    Message.user(CONTINUATION),
-                ]
+                partials += [Message.assistant(outcome.content, turn=st.turn), Message.user(CONTINUATION)]
+                st.history = [*st.history, *partials[-2:]]
                 continue
         parts.append(outcome.content)
         text = "".join(parts)
-        if len(parts) > 1:
-            # Fold the partial answers and continuation prompts back into one assistant message.
-            st.history = st.history[: len(st.history) - 2 * (len(parts) - 1)]
+        if partials:
+            # Fold the partial answers and continuation prompts back into one assistant message. By
+            # identity, not position: a recovery in between may have added a notice after them.
+            folded = {id(m) for m in partials}
+            st.history = [m for m in st.history if id(m) not in folded]
         st.history = [*st.history, Message.assistant(text, reasoning=outcome.reasoning, turn=st.turn)]
         emit_history(ctx, "reply")
         st.max_tokens = None
+        ctx.meter.retain([*st.history, *out])  # bounded memory: drop sizes of replaced messages
         return Reply(
             text, outcome.finish_reason, usage | {"total_tokens": sum(usage.values())}, cost, attempts, tool_calls
         )

@@ -8,12 +8,14 @@ model calls through ``contextkit.backend`` (litellm), summaries, tools, sleeps.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -23,7 +25,7 @@ from contextkit import backend
 from contextkit.archive import Archive
 from contextkit.compaction import CompactionStats
 from contextkit.compactor import Compactor, WorkbenchWriter
-from contextkit.errors import ConfigError, InvalidMessageError
+from contextkit.errors import ConfigError, InvalidMessageError, UsageError
 from contextkit.events import ArchiveEvent, EventLog, NoticeEvent
 from contextkit.flow import (
     CallModel,
@@ -92,6 +94,10 @@ class Session:
         self._tools = as_tools(tools)
         self._status: StatusSink | None = stderr_status if status is True else (status or None)  # type: ignore[assignment]
         self._lock = threading.RLock()
+        self._busy = False  # a turn or compaction is running (guards re-entry from tools or interleaved streams)
+        self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
         window = self.limits.context_window or int(backend.model_info(model).get("max_input_tokens") or DEFAULT_WINDOW)
         self._state = SessionState.create(model, self.session_id, self.limits, window)
         if system is not None:
@@ -163,15 +169,17 @@ class Session:
     # conversation ---------------------------------------------------------------------------------
     def send(self, text: str | Message | Sequence[Any], *, max_rounds: int = 50) -> Reply:
         """Send a user message; run tools until the model answers; recover from rejections."""
-        with self._lock:
+        with self._lock, self._turn("send"):
             flow = turn_flow(self._context(), self._user_messages(text), max_rounds=max_rounds)
             return self._drive(flow)
 
     async def asend(self, text: str | Message | Sequence[Any], *, max_rounds: int = 50) -> Reply:
         """Async ``send``; the same flow driven with ``acompletion`` and async tools."""
-        with self._lock:
-            flow = turn_flow(self._context(), self._user_messages(text), max_rounds=max_rounds)
-            return await self._adrive(flow)
+        # Turns of one session run one at a time: gather(s.asend(a), s.asend(b)) queues b behind a.
+        async with self._async_lock():
+            with self._lock, self._turn("asend"):
+                flow = turn_flow(self._context(), self._user_messages(text), max_rounds=max_rounds)
+                return await self._adrive(flow)
 
     def stream(self, text: str | Message | Sequence[Any], *, max_rounds: int = 50) -> ReplyStream:
         """Stream the reply as text deltas; recovery applies before and during the stream.
@@ -183,7 +191,7 @@ class Session:
 
     def compact(self, instruction: str | None = None) -> Any:
         """Manual compaction (trigger ``manual``), optionally guided by an instruction."""
-        with self._lock:
+        with self._lock, self._turn("compact"):
             ctx = self._context()
             current = measure(ctx, self._state.history).bytes
             flow = self.compactor.flow(
@@ -202,7 +210,7 @@ class Session:
 
     def rewind(self) -> bool:
         """Restore the history as it was before the last applied compaction."""
-        with self._lock:
+        with self._lock, self._turn("rewind"):
             snapshot = self.compactor.pop_undo()
             if snapshot is None:
                 return False
@@ -246,12 +254,21 @@ class Session:
         }
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(data, ensure_ascii=False)
+        try:
+            blob = text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates in the history: \u escapes keep them exact
+            blob = json.dumps(data).encode("ascii")
         tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, ensure_ascii=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(blob)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return target
 
     @classmethod
@@ -261,32 +278,67 @@ class Session:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"no saved session at {path}") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read the saved session at {path}: {exc.strerror or exc}") from None
         except ValueError as exc:
             raise ConfigError(f"{path} is not a saved contextkit session ({exc})") from None
         if not isinstance(data, dict) or data.get("version") != SAVE_VERSION:
             raise ConfigError(f"{path} is not a saved contextkit session (version {SAVE_VERSION})")
-        limit_fields = {f.name for f in fields(Limits)}
-        limits = Limits(**{k: v for k, v in data["limits"].items() if k in limit_fields})
+        try:  # a truncated or hand-edited file: say which file and what is wrong, not a KeyError
+            limit_fields = {f.name for f in fields(Limits)}
+            limits = Limits(**{k: v for k, v in data["limits"].items() if k in limit_fields})
+            model, session_id = data["model"], data["session_id"]
+            history = [message_from_dict(m) for m in data["history"]]
+            window = int(data["context_window"])
+            turn_budget, per_result_budget = int(data["turn_budget"]), int(data["per_result_budget"])
+            stats = SessionStats.from_dict(data.get("stats") or {})
+            compactor_stats = CompactionStats.from_dict(data.get("compactor") or {})
+            archive_path = (data.get("archive") or {}).get("path")
+        except KeyError as exc:
+            raise ConfigError(f"{path} is not a complete saved contextkit session (missing {exc})") from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"{path} is not a valid saved contextkit session: {exc}") from None
         if archive is None:
-            archive_path = data.get("archive", {}).get("path")
             archive = (
-                Archive(archive_path, session_id=data["session_id"])
+                Archive(archive_path, session_id=session_id)
                 if archive_path
-                else Archive.in_memory(session_id=data["session_id"])
+                else Archive.in_memory(session_id=session_id)
             )
-        session = cls(data["model"], limits=limits, archive=archive, session_id=data["session_id"], **kwargs)
+        session = cls(model, limits=limits, archive=archive, session_id=session_id, **kwargs)
         st = session._state
-        st.history = [message_from_dict(m) for m in data["history"]]
-        st.context_window = int(data["context_window"])
+        st.history = history
+        st.context_window = window
         st.cap, st.cap_source = data.get("cap"), data.get("cap_source")
-        st.turn_budget, st.per_result_budget = int(data["turn_budget"]), int(data["per_result_budget"])
+        st.turn_budget, st.per_result_budget = turn_budget, per_result_budget
         st.size_warned = bool(data.get("size_warned"))
-        st.stats = SessionStats.from_dict(data.get("stats", {}))
-        session.compactor.stats = CompactionStats.from_dict(data.get("compactor", {}))
+        st.stats = stats
+        session.compactor.stats = compactor_stats
         emit_history(session._context(), "load")
         return session
 
     # internals ------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _turn(self, what: str) -> Iterator[None]:
+        """Refuse re-entry in the same thread (a tool calling back into its session, a second
+        stream started before the first ended): the flows would interleave on one history."""
+        if self._busy:
+            raise UsageError(
+                f"{what}() called while this session is already running a turn or compaction (from a tool, or "
+                "with a stream not yet consumed); finish that first, or use a separate Session"
+            )
+        self._busy = True
+        try:
+            yield
+        finally:
+            self._busy = False
+
+    def _async_lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        lock = self._async_locks.get(loop)
+        if lock is None:
+            lock = self._async_locks[loop] = asyncio.Lock()
+        return lock
+
     def _workbench_path(self) -> Path | None:
         path = getattr(self.archive, "path", None)
         if not path:
@@ -303,8 +355,15 @@ class Session:
     def _on_archived(self, item: Any) -> None:
         turn = self._state.turn if hasattr(self, "_state") else 0
         self.events.append(
-            ArchiveEvent(session_id=self.session_id, turn=turn, action="put", key=item.key, kind=item.kind,
-                         bytes=item.bytes, origin=item.origin)
+            ArchiveEvent(
+                session_id=self.session_id,
+                turn=turn,
+                action="put",
+                key=item.key,
+                kind=item.kind,
+                bytes=item.bytes,
+                origin=item.origin,
+            )
         )
 
     def _notify_status(self, text: str) -> None:
@@ -513,7 +572,7 @@ class ReplyStream:
     def __iter__(self) -> Iterator[str]:
         session = self._session
         queue: list[str] = []
-        with session._lock:
+        with session._lock, session._turn("stream"):
             flow = turn_flow(session._context(), self._messages, stream=True, max_rounds=self._max_rounds)
             value: Any = None
             try:

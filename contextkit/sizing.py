@@ -284,6 +284,18 @@ class RequestMeter:
     def message_bytes(self, message: Message) -> int:
         return self._sizes(message)[0]
 
+    def retain(self, messages: Iterable[Message]) -> None:
+        """Forget every cached message not in ``messages``. The cache holds the messages themselves,
+        so without this the originals that compaction replaced would stay in memory."""
+        keep = set(messages)
+        with self._lock:
+            for message in [m for m in self._cache if m not in keep]:
+                del self._cache[message]
+
+    @property
+    def entries(self) -> int:
+        return len(self._cache)
+
     def measure(
         self,
         history: Sequence[Message],

@@ -21,6 +21,7 @@ import pytest
 
 from contextkit import Limits
 from contextkit.archive import Archive
+from contextkit.errors import UsageError
 from contextkit.events import CapEvent, CompactionEvent, RecoveryEvent, RequestEvent
 from contextkit.markers import key_for
 from contextkit.policy.expand import expand_markers
@@ -202,3 +203,112 @@ def test_many_sessions_share_one_archive_without_cross_talk(tmp_path: Path, sims
     for session, _, _ in sessions.values():
         session.archive.close()
     root.close()
+
+
+# one session used concurrently: turns are serialized, never interleaved ----------------------------------
+
+
+def one_session(gw: GatewaySimulator, **kwargs: Any) -> Session:
+    return Session(gw.model, api_base=gw.api_base, api_key="sim-key", archive=Archive.in_memory(session_id="one"),
+                   session_id="one", status=None, limits=Limits(context_window=1_000_000), **kwargs)  # fmt: skip
+
+
+def assert_turns_in_order(session: Session, questions: list[str]) -> None:
+    pairs = [(m.role, m.content) for m in session.history]
+    assert len(pairs) == 2 * len(questions)
+    for user, assistant in zip(pairs[::2], pairs[1::2], strict=True):
+        assert user[0] == "user" and assistant[0] == "assistant"
+        assert assistant[1].endswith(user[1])  # the simulator echoes the question it answered
+    assert sorted(u for _, u in pairs[::2]) == sorted(questions)
+
+
+def test_gathered_asends_on_one_session_are_serialized() -> None:
+    with GatewaySimulator(latency=0.05) as gw:
+        session = one_session(gw)
+        questions = [f"question {i}" for i in range(5)]
+
+        async def main() -> list[Any]:
+            return await asyncio.gather(*(session.asend(q) for q in questions))
+
+        replies = asyncio.run(main())
+    assert [r.text.split(": ", 1)[1] for r in replies] == questions
+    assert_turns_in_order(session, questions)
+    assert [int(r.text.split()[1].rstrip(":")) for r in replies] == [1, 2, 3, 4, 5]  # each saw the previous turns
+
+
+def test_threads_sending_on_one_session_are_serialized() -> None:
+    with GatewaySimulator(latency=0.02) as gw:
+        session = one_session(gw)
+        questions = [f"thread question {i}" for i in range(8)]
+        threads = [threading.Thread(target=session.send, args=(q,)) for q in questions]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert_turns_in_order(session, questions)
+    assert session.stats.requests == len(questions)
+
+
+def test_reentry_from_a_tool_or_a_second_stream_is_refused() -> None:
+    holder: dict[str, Session] = {}
+
+    def ask_myself(question: str) -> str:
+        """A tool that (wrongly) calls back into its own session."""
+        return holder["s"].send(question).text
+
+    with GatewaySimulator() as gw:
+        session = holder["s"] = one_session(gw, tools=[ask_myself])
+        reply = session.send('[[tool:ask_myself {"question": "loop?"}]] go')
+        result = next(m for m in session.history if m.role == "tool")
+        assert "UsageError" in result.content and "already running a turn" in result.content
+        assert reply.text and [m.role for m in session.history] == ["user", "assistant", "tool", "assistant"]
+
+        first = iter(session.stream("first stream"))
+        head = next(first)
+        second = iter(session.stream("second stream"))
+        with pytest.raises(UsageError, match="already running a turn"):
+            next(second)
+        rest = "".join(first)
+        assert (head + rest).endswith("first stream")
+        assert session.send("after the streams").text  # the session is usable again
+    assert [m.role for m in session.history][-4:] == ["user", "assistant", "user", "assistant"]
+
+
+OPENER = """
+import os, sys, time
+from contextkit.archive import Archive
+folder, go, name = sys.argv[1], sys.argv[2], sys.argv[3]
+while not os.path.exists(go):
+    time.sleep(0.0005)
+for k in range(150):  # every child opens the same 150 new files in the same order: 150 races
+    with Archive(os.path.join(folder, f"new{k}.sqlite"), session_id=name) as archive:
+        archive.put(f"opened by {name}")
+print("ok")
+"""
+
+
+def test_processes_opening_one_new_archive_at_once(tmp_path: Path) -> None:
+    """Switching a new file to WAL does not wait on SQLite's busy handler: without a retry, processes
+    opening the same new archive at once failed with "database is locked"."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", OPENER, str(tmp_path), str(go), f"p{i}"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(4)
+    ]  # fmt: skip
+    time.sleep(1.5)  # every child imported contextkit and waits at the barrier
+    go.touch()
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and out.strip() == "ok", err[-800:]
+    for k in range(150):
+        with Archive(tmp_path / f"new{k}.sqlite", session_id="p0") as archive:
+            assert [archive.with_scope(f"p{i}").get(key_for(f"opened by p{i}")) for i in range(4)] == [
+                f"opened by p{i}" for i in range(4)
+            ]

@@ -82,6 +82,7 @@ class Mode:
     cap: str = "1MB"  # the configured Limits(max_payload=...) of the "cap" column
     expect: str = "recover"  # recover | retry | escalate | summary | an exception class name
     message: str = ""  # a phrase the actionable error must contain
+    loops: tuple[str, ...] = LOOPS  # stream faults only exist in streamed responses
 
 
 MODES: list[Mode] = [
@@ -104,6 +105,9 @@ MODES: list[Mode] = [
         for m in ("extract", "refuse", "short", "error_text", "fail", "timeout")
     ],
     Mode("finish-length", fault="length", expect="escalate"),
+    Mode("stream-drop-midway", fault="stream_drop", expect="retry", loops=("stream",)),
+    Mode("stream-error-event", fault="stream_error", expect="retry", loops=("stream",)),
+    Mode("auth401", fault="auth401", expect="AuthenticationFailed", message="credentials"),
     Mode("auth403", fault="auth403", expect="AuthenticationFailed", message="credentials"),
 ]
 
@@ -178,9 +182,10 @@ def outcome_label(session: Session, expect: str) -> str:
     return "ok " + "+".join(parts) if parts else "ok"
 
 
-@pytest.mark.parametrize("cap", CAPS)
-@pytest.mark.parametrize("loop", LOOPS)
-@pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
+CELLS = [(m, loop, cap) for m in MODES for loop in LOOPS for cap in CAPS if loop in m.loops]
+
+
+@pytest.mark.parametrize(("mode", "loop", "cap"), CELLS, ids=[f"{m.name}-{loop}-{cap}" for m, loop, cap in CELLS])
 def test_fault_cell(gw: GatewaySimulator, mode: Mode, loop: str, cap: str) -> None:
     RESULTS[(mode.name, loop, cap)] = "FAIL"
     gw.reset(timeout_sleep=0.6, **mode.sim)
@@ -287,3 +292,30 @@ def test_summary_rejected_for_size_is_not_resent(error: Exception, calls: int) -
 def nothing_lost_in(history: list[Message], archive: Any, originals: list[str]) -> None:
     expanded = expand_markers("\n\x00\n".join(m.content for m in history), archive)
     assert all(c in expanded for c in originals)
+
+
+def test_length_escalation_then_payload_recovery_folds_the_parts(gw: GatewaySimulator) -> None:
+    """A payload recovery between two parts of an escalated answer: the notice it adds must not
+    shift what is folded away (a positional fold kept a partial answer twice)."""
+    from contextkit.sim import long_text
+    from contextkit.state import CONTINUATION, PAYLOAD_NOTICE_MARKER
+
+    gw.reset()
+    kwargs = gw.litellm_kwargs()
+    model = kwargs.pop("model")
+    session = Session(model, archive=Archive.in_memory(session_id="f"), session_id="f", status=None,
+                      limits=Limits(context_window=1_000_000), **kwargs)  # fmt: skip
+    history = read_history()
+    session.add_messages(history)
+    gw.fail_next("length")  # the answer is cut after 5 tokens ...
+    gw.fail_next("413")  # ... and the continuation request is refused by the gateway
+    reply = session.send("[[long:300]] write the report")
+    assert reply.finish_reason == "stop" and session.stats.escalations == 1 and session.stats.recoveries_by_level
+    assert reply.text.startswith(long_text(300)[:15])
+    roles = [m.role for m in session.history]
+    assert roles[-1] == "assistant" and roles[-2] != "assistant"  # one folded answer, no leftover partial
+    assert [m.content for m in session.history].count(reply.text) == 1
+    assert not any(m.content == CONTINUATION for m in session.history)
+    assert sum(PAYLOAD_NOTICE_MARKER in m.content for m in session.history) == 1
+    check_log(gw)
+    nothing_lost(session, session.history, [m["content"] for m in history if m.get("content")])

@@ -23,7 +23,13 @@ from hypothesis import strategies as st
 from contextkit import Limits, Message, ToolCall
 from contextkit.archive import Archive
 from contextkit.classify import Failure, classify_failure
-from contextkit.errors import ConfigError, InvalidMessageError, PayloadFloorError, RecallValidationError
+from contextkit.errors import (
+    ConfigError,
+    InvalidMessageError,
+    PayloadFloorError,
+    RecallValidationError,
+    UsageError,
+)
 from contextkit.events import NoticeEvent
 from contextkit.markers import key_for, marker
 from contextkit.messages import from_wire
@@ -32,6 +38,7 @@ from contextkit.policy.pairing import find_orphans, repair_tool_pairing
 from contextkit.session import Session
 from contextkit.sim import GatewaySimulator, Workspace
 from contextkit.sizing import parse_size
+from contextkit.tools import ToolResult
 
 FAST = settings(
     max_examples=60, derandomize=True, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
@@ -156,6 +163,39 @@ def test_lone_surrogates_are_measured_archived_and_sent_safely(gw: GatewaySimula
     assert session.measure().bytes > 0
     key = session.archive.put(BAD_TEXT, kind="message")
     assert key is not None and session.archive.get(key) == BAD_TEXT
+
+
+def test_lone_surrogates_survive_save_and_load(gw: GatewaySimulator, tmp_path: Any) -> None:
+    session = session_for(gw)
+    session.add_messages([{"role": "user", "content": BAD_TEXT}, {"role": "assistant", "content": "ok \u00e9"}])
+    saved = session.save(tmp_path / "s.json")
+    assert [p.name for p in tmp_path.iterdir()] == ["s.json"]  # no temporary file left behind
+    saved.read_bytes().decode("utf-8")  # a valid UTF-8 JSON file for any other tool
+    loaded = Session.load(saved, status=None, archive=Archive.in_memory(session_id="h"))
+    assert [m.content for m in loaded.history] == [BAD_TEXT, "ok \u00e9"]
+
+
+def test_undecodable_file_names_in_tool_origins_are_archived(gw: GatewaySimulator) -> None:
+    """A tool result whose path came from an undecodable file name (``surrogateescape``)."""
+    bad_path = b"src/caf\xe9.py".decode("utf-8", "surrogateescape")
+    ws = Workspace(seed=6, target_bytes=9_000)
+    outputs: list[str] = []
+
+    def read_file(path: str) -> ToolResult:
+        """Read a whole file."""
+        out = ws.read_file(path).content + BAD_TEXT
+        outputs.append(out)
+        return ToolResult(out, path=bad_path, lines=(1, 10))
+
+    session = session_for(gw, tools=[read_file])
+    for turn in range(5):  # old results age and microcompact archives them, origin path included
+        assert session.send(f'[[tool:read_file {{"path": "m{turn}.py"}}]] turn {turn}').text
+    entries = session.archive.entries()
+    assert any("caf\ufffd.py" in e.origin for e in entries)  # metadata made storable, shown with U+FFFD
+    expanded = expand_markers("\n".join(m.content for m in session.history), session.archive)
+    assert all(o in expanded for o in outputs)  # the content itself stays byte-exact
+    with pytest.raises(UsageError, match="valid Unicode"):
+        Archive.in_memory(session_id="s\udcff")
 
 
 def test_surrogate_tool_results_survive_recovery_byte_exact(gw: GatewaySimulator) -> None:
@@ -469,3 +509,64 @@ def test_fuzz_entry_points(name: str, check: Any, strategies: Any) -> None:
 @pytest.mark.parametrize(("name", "check", "strategies"), FUZZERS, ids=[f[0] for f in FUZZERS])
 def test_fuzz_entry_points_long(name: str, check: Any, strategies: Any) -> None:
     _fuzz(check, strategies, LONG)
+
+
+# saved sessions that are truncated or hand-edited ---------------------------------------------------------
+
+_SAVED = {"version": 1, "model": "openai/sim-model", "session_id": "s", "limits": {}, "context_window": 100,
+          "turn_budget": 1, "per_result_budget": 1, "history": []}  # fmt: skip
+BAD_SAVES: list[tuple[str, bytes, str]] = [
+    ("empty", b"", "is not a saved contextkit session"),
+    ("binary", b"\xff\xfe\x00garbage", "is not a saved contextkit session"),
+    ("not-a-dict", b"[]", "is not a saved contextkit session"),
+    ("truncated", json.dumps(_SAVED).encode()[:40], "is not a saved contextkit session"),
+    ("no-history", json.dumps({k: v for k, v in _SAVED.items() if k != "history"}).encode(), "missing 'history'"),
+    ("history-not-list", json.dumps(_SAVED | {"history": 5}).encode(), "not a valid saved"),
+    ("bad-message", json.dumps(_SAVED | {"history": [{"role": "wizard"}]}).encode(), "role 'wizard'"),
+    ("bad-limits", json.dumps(_SAVED | {"limits": {"max_payload": -5}}).encode(), "max_payload"),
+    ("limits-list", json.dumps(_SAVED | {"limits": []}).encode(), "not a valid saved"),
+    ("window-text", json.dumps(_SAVED | {"context_window": "abc"}).encode(), "not a valid saved"),
+]
+
+
+@pytest.mark.parametrize(("name", "blob", "phrase"), BAD_SAVES, ids=[b[0] for b in BAD_SAVES])
+def test_bad_saved_sessions_raise_config_errors_naming_the_file(
+    tmp_path: Any, name: str, blob: bytes, phrase: str
+) -> None:
+    path = tmp_path / f"{name}.json"
+    path.write_bytes(blob)
+    with pytest.raises(ConfigError) as info:
+        Session.load(path, status=None, archive=Archive.in_memory())
+    assert phrase in str(info.value)
+    assert str(path) in str(info.value)
+    with pytest.raises(ConfigError, match="cannot read the saved session"):
+        Session.load(tmp_path, status=None)  # a folder, not a file
+
+
+# content that merely *looks* like an already-archived stub -------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect reported to the lead (policy/_common.archive_original, not this helper's file): content that "
+    "ends with a recall suffix citing an existing key is trusted as a derived stub and its own text is dropped",
+)
+def test_content_ending_with_a_copied_recall_suffix_is_still_archived() -> None:
+    """E.g. an agent reads its workbench notes, whose last line is a stub's recall suffix: the new text
+    before that suffix must stay recoverable when microcompact clears the aged result."""
+    from contextkit.markers import recall_suffix
+    from contextkit.policy.microcompact import MicrocompactConfig, microcompact
+
+    archive = Archive.in_memory()
+    old = archive.put("OLD ORIGINAL " * 500, kind="tool_result")
+    assert old is not None
+    notes = "NEW UNIQUE DATA line\n" * 400 + recall_suffix([old])
+    history = [Message.user("go")]
+    for t in range(6):
+        history += [
+            Message.assistant(f"t{t}", [ToolCall(f"c{t}", "read_file")]),
+            Message.tool(f"c{t}", notes if t == 0 else f"small {t}"),
+        ]
+    compacted, report = microcompact(history, archive=archive, config=MicrocompactConfig.from_limits(Limits()))
+    assert report.changed
+    assert notes in expand_markers("\n".join(m.content for m in compacted), archive)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, is_dataclass
@@ -131,6 +133,29 @@ def single_line(text: str) -> str:
     return " ".join(printable.split())[:PREVIEW_CHARS]
 
 
+def _prepare(conn: sqlite3.Connection) -> None:
+    """WAL mode and the schema. Switching a new file to WAL does not wait on the busy handler, so
+    processes opening the same new archive at once get "database is locked": retry until the busy
+    timeout instead."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("COMMIT")
+            return
+        except sqlite3.OperationalError as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.005, 0.05))
+
+
 class Store:
     """The shared connection and its lock; refcounted by the Archive views that use it."""
 
@@ -145,13 +170,7 @@ class Store:
             )
             self.conn = conn
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("BEGIN IMMEDIATE")
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute("COMMIT")
+            _prepare(conn)
         except sqlite3.Error as exc:
             self.close()
             raise ArchiveError(

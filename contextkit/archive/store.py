@@ -35,6 +35,7 @@ from contextkit.archive._db import (
 )
 from contextkit.errors import ArchiveError, UsageError
 from contextkit.markers import has_marker, is_valid_key, key_for
+from contextkit.messages import wire_safe
 
 if TYPE_CHECKING:
     from contextkit.archive.recall import RecallResult
@@ -73,6 +74,8 @@ class Archive:
     ) -> None:
         if not isinstance(session_id, str) or not session_id.strip():
             raise UsageError(f"session_id must be a non-empty string, got {session_id!r}")
+        if wire_safe(session_id) != session_id:
+            raise UsageError(f"session_id must be valid Unicode text (no lone surrogates), got {session_id!r}")
         if _store is None:
             target = Path(path).expanduser() if path is not None else default_archive_path()
             try:
@@ -109,8 +112,8 @@ class Archive:
     def grant(self, *scopes: str) -> Archive:
         """Give this archive read access to other sessions' entries; returns ``self``."""
         for scope in scopes:
-            if not isinstance(scope, str) or not scope.strip():
-                raise UsageError(f"a scope is a non-empty session id string, got {scope!r}")
+            if not isinstance(scope, str) or not scope.strip() or wire_safe(scope) != scope:
+                raise UsageError(f"a scope is a non-empty session id string (valid Unicode), got {scope!r}")
         # copy-on-write: threads reading the old scope set never see it change under them
         self._scopes = {**self._scopes, **dict.fromkeys(scopes)}
         return self
@@ -166,12 +169,14 @@ class Archive:
             raise UsageError(f"archive content must be a str, got {type(content).__name__}")
         if not allow_markers and has_marker(content):
             return None
-        kind = " ".join(str(kind).replace("|", "/").split()) or "message"  # one line: it is shown in listings
+        kind = wire_safe(" ".join(str(kind).replace("|", "/").split())) or "message"  # one line: shown in listings
         key = key_for(content)
         data = encode_content(content)
         if turn is None and isinstance(origin, Mapping) and isinstance(origin.get("turn"), int):
             turn = origin["turn"]
         origin_json, origin_text = origin_parts(origin, turn)
+        # Metadata must be storable text (a path from an undecodable file name); the content stays exact.
+        origin_json, origin_text = (wire_safe(origin_json) if origin_json else None), wire_safe(origin_text)
         with self._store.cursor("store content", write=True) as conn:
             row = conn.execute("SELECT id, content = ? FROM blobs WHERE key = ?", (data, key)).fetchone()
             if row is None:
