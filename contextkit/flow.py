@@ -17,388 +17,51 @@ level → one-time payload notice → retry; on ``length``: escalate ``max_token
 from __future__ import annotations
 
 import hashlib
-import re
-from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from contextkit.classify import Failure, FailureKind, classify_failure
-from contextkit.errors import AuthenticationFailed, PayloadFloorError, ProviderError, RecoveryFailedError
-from contextkit.events import CapEvent, EventLog, HistoryEvent, RecoveryEvent, RequestEvent
-from contextkit.markers import ArchiveSink, marker
+from contextkit.effects import CallModel, ModelFailure, ModelReply, Reply, RunTools, Sleep
+from contextkit.errors import AuthenticationFailed, ProviderError, RecoveryFailedError
+from contextkit.events import RecoveryEvent, RequestEvent
 from contextkit.messages import Message, ToolCall, to_wire_list
-from contextkit.policy.budgets import aggressive_level1, enforce_tool_result_budgets
-from contextkit.policy.microcompact import MicrocompactConfig, microcompact
-from contextkit.policy.pairing import repair_tool_pairing
-from contextkit.policy.trim import dedup_repeated_reads
-from contextkit.policy.truncate import emergency_truncate
-from contextkit.prefix import PrefixProbe
-from contextkit.sizing import MB, Measure, RequestMeter, dumps, format_size, request_bytes
-from contextkit.state import CONTINUATION, PAYLOAD_NOTICE, SessionState
+from contextkit.preflight import (
+    Effect,
+    Flow,
+    FlowContext,
+    _body,
+    compact_if_needed,
+    emit_history,
+    measure,
+    outgoing,
+    summarizer_window,
+    turn_boundary,
+)
+from contextkit.recovery import recover
+from contextkit.sizing import Measure
+from contextkit.state import CONTINUATION
 from contextkit.tools import ToolResult
 
-NO_CAP_WARNING_BYTES = int(2.5 * MB)
-ASSUMED_CAP = 4 * MB
-_WINDOW_RE = (
-    re.compile(r"maximum context length is (\d+)"),
-    re.compile(r"> ?(\d+) maximum"),
-    re.compile(r"maximum number of tokens allowed \((\d+)\)"),
-    re.compile(r"context window of (\d+)"),
-    re.compile(r"maximum prompt length is (\d+)"),
-)
-
-
-# effects ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CallModel:
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None
-    params: dict[str, Any]
-    bytes: int
-    tokens: int
-    stream: bool = False
-    purpose: str = "turn"
-
-
-@dataclass(frozen=True)
-class ModelReply:
-    content: str
-    tool_calls: tuple[ToolCall, ...] = ()
-    finish_reason: str = "stop"
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0
-    reasoning: str | None = None
-    latency_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class ModelFailure:
-    error: BaseException
-    partial: str = ""
-    latency_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class RunTools:
-    calls: tuple[ToolCall, ...]
-
-
-@dataclass(frozen=True)
-class Sleep:
-    seconds: float
-
-
-@dataclass
-class Reply:
-    """The answer to one ``send``: text, why it stopped, usage, cost and every attempt made."""
-
-    text: str
-    finish_reason: str
-    usage: dict[str, int] = field(default_factory=dict)
-    cost: float = 0.0
-    attempts: list[dict[str, Any]] = field(default_factory=list)
-    tool_calls: int = 0
-
-    @property
-    def recovered(self) -> bool:
-        return any(a.get("outcome") != "ok" for a in self.attempts)
-
-    def __str__(self) -> str:
-        return self.text
-
-
-@dataclass
-class FlowContext:
-    """Collaborators of the flow. Only the archive writes anywhere, through its protocol."""
-
-    state: SessionState
-    archive: ArchiveSink
-    meter: RequestMeter
-    events: EventLog
-    compactor: Any
-    tools: list[dict[str, Any]]
-    params: Mapping[str, Any]
-    notify: Callable[[str, str, str], None]
-    summarizer_window: int | None = None
-    summarizer_shares_window: bool = False  # the summarizer is the session's own model
-    probe: PrefixProbe = field(default_factory=PrefixProbe)
-
-
-Effect = Any
-Flow = Generator[Effect, Any, Any]
-
-
-# measurement and budgets --------------------------------------------------------------------------
-
-
-def measure(ctx: FlowContext, history: Sequence[Message]) -> Measure:
-    return ctx.meter.measure(history, tools=ctx.tools or None)
-
-
-def byte_budget(ctx: FlowContext, m: Measure, ratio: float | None = None) -> int:
-    """Budget in request bytes: a share of the window (converted with this history's own
-    bytes-per-token) and at most 70% of the payload cap (headroom for schemas and framing)."""
-    st = ctx.state
-    bytes_per_token = m.bytes / m.tokens if m.tokens else 4.0
-    budget = int(st.context_window * (ratio or st.limits.budget_ratio) * bytes_per_token)
-    if st.cap:
-        budget = min(budget, int(0.7 * st.cap))
-    return max(budget, 1)
-
-
-def base_bytes(ctx: FlowContext, *, with_last_user: bool = False) -> int:
-    """The non-compactable base: system messages plus tool schemas (and the newest user message,
-    which no compaction removes)."""
-    history = ctx.state.history
-    keep = [m for m in history if m.role == "system"]
-    if with_last_user:
-        last = next((m for m in reversed(history) if m.role == "user"), None)
-        if last is not None:
-            keep.append(last)
-    return request_bytes(keep, tools=ctx.tools or None, model=ctx.state.model)
-
-
-def emit_history(ctx: FlowContext, reason: str) -> Measure:
-    st = ctx.state
-    m = measure(ctx, st.history)
-    ctx.events.append(
-        HistoryEvent(
-            session_id=st.session_id,
-            turn=st.turn,
-            messages=m.messages,
-            bytes=m.bytes,
-            tokens=m.tokens,
-            cap_bytes=st.cap,
-            context_window=st.context_window,
-            reason=reason,
-        )
-    )
-    return m
-
-
-# the steps -----------------------------------------------------------------------------------------
-
-
-def turn_boundary(ctx: FlowContext) -> None:
-    """Microcompact and read dedup on the persistent history (no LLM)."""
-    st = ctx.state
-    history, mc = microcompact(st.history, archive=ctx.archive, config=MicrocompactConfig.from_limits(st.limits))
-    if mc.changed:
-        ctx.notify("microcompact", mc.describe(), "info")
-    history, dd = dedup_repeated_reads(history, archive=ctx.archive)
-    if dd.changed:
-        ctx.notify("dedup", dd.describe(), "info")
-    if mc.changed or dd.changed:
-        st.history = history
-        emit_history(ctx, "microcompact")
-
-
-def compact_if_needed(ctx: FlowContext, *, trigger: str = "auto") -> Flow:
-    """Pre-flight (S5.2) and automatic compaction when over budget."""
-    st = ctx.state
-    m = measure(ctx, st.history)
-    ratio = None
-    if st.cap and m.bytes > st.limits.preflight_ratio * st.cap:
-        pct = int(m.bytes * 100 / st.cap)
-        ctx.notify(
-            "preflight",
-            f"pre-flight: history {format_size(m.bytes)} = {pct}% of the configured cap ({format_size(st.cap)}) - compacting",
-            "warning",
-        )
-        ratio = st.limits.preflight_budget_ratio
-    elif not st.cap and m.bytes > NO_CAP_WARNING_BYTES and not st.size_warned:
-        st.size_warned = True
-        ctx.notify(
-            "size_warning",
-            f"history {format_size(m.bytes)} - if you are behind a proxy/gateway, set CONTEXTKIT_MAX_PAYLOAD "
-            "(e.g. 5MB) or Limits(max_payload=...) to the proxy's body limit",
-            "warning",
-        )
-    budget = byte_budget(ctx, m, ratio)
-    if m.bytes <= budget:
-        return
-    result = yield from ctx.compactor.flow(
-        st.history,
-        trigger=trigger,
-        budget=budget,
-        measure=lambda h: measure(ctx, h).bytes,
-        summarizer_window=summarizer_window(ctx),
-    )
-    if result.changed:
-        st.history = list(result.history)
-        emit_history(ctx, "compaction")
-
-
-def summarizer_window(ctx: FlowContext) -> int | None:
-    """The summarizer's window, shrunk so its request also fits the payload cap: the summary input
-    is budgeted at half the window at 4 chars per token, so cap // 4 keeps it near half the cap."""
-    window = ctx.summarizer_window
-    if ctx.summarizer_shares_window:
-        # Same model: a window learned from a provider's overflow applies to the summary request too.
-        window = min(window, ctx.state.context_window) if window else ctx.state.context_window
-    cap = ctx.state.cap
-    if cap:
-        return min(window, cap // 4) if window else cap // 4
-    return window
-
-
-def outgoing(ctx: FlowContext) -> tuple[list[Message], Measure]:
-    """The request copy: pairing repaired, tool-result budgets applied (persistent history keeps full results)."""
-    st = ctx.state
-    repaired, report = repair_tool_pairing(st.history, archive=ctx.archive)
-    if report.changed:
-        st.history = repaired
-        archived = " ".join(marker(k) for k in report.archived_keys)
-        ctx.notify(
-            "pairing", report.describe() + (f"; removed results archived as {archived}" if archived else ""), "info"
-        )
-    out, _ = enforce_tool_result_budgets(
-        st.history, archive=ctx.archive, turn_budget=st.turn_budget, per_result=st.per_result_budget
-    )
-    return out, measure(ctx, out)
-
-
-def _body(messages: list[dict[str, Any]], tools: Any) -> bytes:
-    """The request body's messages and tools as sent (for the prefix probe and the resend guard)."""
-    # Tools first: providers put the tool schemas ahead of the messages in the cached prompt prefix.
-    return dumps({"tools": tools, "messages": messages}).encode("utf-8", "surrogatepass")
-
-
-def learn_limits(ctx: FlowContext, failure: Failure, sent: Measure) -> None:
-    """S5.3: payload rejections tighten the session cap; overflows tighten the window."""
-    st = ctx.state
-    if failure.kind == FailureKind.CONTEXT_OVERFLOW:
-        window = _window_from_message(failure.provider_message or failure.reason)
-        new = window if window else int(sent.tokens * 0.75)
-        if new and new < st.context_window:
-            ctx.notify(
-                "learned_window", f"provider window is {new} tokens - budgets tightened for this session", "info"
-            )
-            st.context_window = new
-        return
-    rejected = failure.rejected_bytes or sent.bytes
-    previous = st.cap
-    if rejected:
-        learned = rejected * 3 // 4
-        if previous is None or learned < previous:
-            st.cap, st.cap_source = learned, "learned"
-            ctx.notify(
-                "learned_cap",
-                f"gateway rejected a {format_size(rejected)} request - payload cap set to {format_size(learned)} for this session",
-                "warning",
-            )
-            ctx.events.append(
-                CapEvent(
-                    session_id=st.session_id,
-                    turn=st.turn,
-                    cap_bytes=learned,
-                    previous_bytes=previous,
-                    rejected_bytes=rejected,
-                    source="learned",
-                )
-            )
-    elif previous is None:
-        st.cap, st.cap_source = ASSUMED_CAP, "assumed"
-        ctx.notify("assumed_cap", "assuming a 4 MB payload cap - set Limits(max_payload=...) to adjust", "warning")
-        ctx.events.append(CapEvent(session_id=st.session_id, turn=st.turn, cap_bytes=ASSUMED_CAP, source="assumed"))
-
-
-def _window_from_message(text: str) -> int | None:
-    for pattern in _WINDOW_RE:
-        match = pattern.search(text)
-        if match:
-            return int(match.group(1))
-    return None
-
-
-def check_floor(ctx: FlowContext, failure: Failure, sent: Measure) -> None:
-    """S5.4: fail fast when the non-compactable base alone meets the rejected size."""
-    rejected = failure.rejected_bytes or sent.bytes
-    base = base_bytes(ctx)
-    # Our sizes are exact, so the base alone is always below the rejected body; the request is
-    # hopeless when the base plus the newest user message (the smallest request possible) is it.
-    minimal = base_bytes(ctx, with_last_user=True)
-    if minimal >= rejected:
-        ctx.events.append(
-            RecoveryEvent(
-                session_id=ctx.state.session_id,
-                turn=ctx.state.turn,
-                failure_kind=failure.kind.value,
-                reason=failure.reason,
-                outcome="floor",
-                bytes_before=sent.bytes,
-                tokens_before=sent.tokens,
-            )
-        )
-        if base * 2 >= minimal:
-            text = (
-                f"The gateway rejected a {format_size(rejected)} request, but the system prompt plus tool schemas alone "
-                f"are {format_size(base)} ({format_size(minimal)} with your newest message), so no history compaction "
-                "can make the request fit. Shorten the system prompt, register fewer tools (or shorter tool "
-                "descriptions), drop skills/personas, or raise the gateway's body-size limit."
-            )
-        else:  # the user's own new message is what does not fit
-            text = (
-                f"The gateway rejected a {format_size(rejected)} request, but your newest message with the system "
-                f"prompt and tool schemas ({format_size(base)}) is {format_size(minimal)}, so no history compaction can "
-                "make the request fit. Send a shorter message (split it, or send an excerpt or a line range instead "
-                "of the whole text), or raise the gateway's body-size limit."
-            )
-        raise PayloadFloorError(
-            text,
-            base_bytes=minimal,
-            rejected_bytes=rejected,
-            failure=failure,
-        )
-    if base >= rejected * 3 // 4:
-        ctx.notify(
-            "floor_warning",
-            f"system prompt and tool schemas alone are {format_size(base)} - close to the gateway's rejection size "
-            f"({format_size(rejected)}); consider fewer tools or a shorter system prompt",
-            "warning",
-        )
-
-
-def apply_level(ctx: FlowContext, level: int) -> tuple[str, ...]:
-    """S5.1: one rung of the ladder on the persistent history; returns the archive keys created."""
-    st = ctx.state
-    lim = st.limits
-    report: Any
-    if level == 1:
-        st.turn_budget = max(1, st.turn_budget // 2)
-        st.per_result_budget = max(1, st.per_result_budget // 2)
-        history, report = aggressive_level1(
-            st.history,
-            archive=ctx.archive,
-            turn_budget=st.turn_budget,
-            per_result=st.per_result_budget,
-            assistant_cap=lim.assistant_cap_level1,
-        )
-    elif level == 2:
-        history, report = emergency_truncate(st.history, keep=lim.emergency_keep_messages, archive=ctx.archive)
-    else:
-        history, report = emergency_truncate(
-            st.history, keep=lim.nuclear_keep_messages, archive=ctx.archive, per_message_cap=lim.nuclear_message_cap
-        )
-    st.history = list(history)
-    return tuple(getattr(report, "archived_keys", ()))
-
-
-def add_payload_notice(ctx: FlowContext) -> None:
-    """S5.5: once per session, just before the latest user message."""
-    st = ctx.state
-    if st.has_payload_notice():
-        return
-    notice = Message.user(PAYLOAD_NOTICE)
-    last_user = max((i for i, m in enumerate(st.history) if m.role == "user"), default=len(st.history))
-    st.history = [*st.history[:last_user], notice, *st.history[last_user:]]
-    ctx.notify("payload_notice", "added a one-time notice asking the model to prefer targeted reads", "info")
-
-
-# the loop ----------------------------------------------------------------------------------------
+__all__ = [
+    "CallModel",
+    "Effect",
+    "Flow",
+    "FlowContext",
+    "ModelFailure",
+    "ModelReply",
+    "Reply",
+    "RunTools",
+    "Sleep",
+    "compact_if_needed",
+    "emit_history",
+    "measure",
+    "outgoing",
+    "recover",
+    "run_tool_round",
+    "summarizer_window",
+    "turn_boundary",
+    "turn_flow",
+]
 
 
 def turn_flow(ctx: FlowContext, new_messages: Sequence[Message], *, stream: bool = False, max_rounds: int = 50) -> Flow:
@@ -600,42 +263,6 @@ def _record_request(
             cost=outcome.cost if ok else 0.0,
             prefix_shared_bytes=shared,
             prefix_share=share,
-        )
-    )
-
-
-def recover(ctx: FlowContext, failure: Failure, sent: Measure, level: int) -> Flow:
-    st = ctx.state
-    before = measure(ctx, st.history)
-    ctx.notify(
-        "recovery", f"recoverable failure ({failure.reason}) - compacting and retrying (level {level})", "warning"
-    )
-    payload = failure.kind != FailureKind.CONTEXT_OVERFLOW
-    learn_limits(ctx, failure, sent)
-    if payload:
-        check_floor(ctx, failure, sent)
-    keys = apply_level(ctx, level)
-    st.stats.count_recovery(level)
-    yield from compact_if_needed(ctx, trigger="recovery")
-    if payload:
-        add_payload_notice(ctx)
-    after = emit_history(ctx, "recovery")
-    ctx.events.append(
-        RecoveryEvent(
-            session_id=st.session_id,
-            turn=st.turn,
-            failure_kind=failure.kind.value,
-            reason=failure.reason,
-            level=level,
-            attempt=level,
-            outcome="retrying",
-            bytes_before=before.bytes,
-            bytes_after=after.bytes,
-            tokens_before=before.tokens,
-            tokens_after=after.tokens,
-            messages_before=before.messages,
-            messages_after=after.messages,
-            archived_keys=keys,
         )
     )
 

@@ -9,46 +9,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import sys
 import threading
-import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
 from contextkit import backend
 from contextkit.archive import Archive
-from contextkit.compaction import CompactionStats
 from contextkit.compactor import Compactor, WorkbenchWriter
+from contextkit.driver import EffectRunner
 from contextkit.errors import ConfigError, InvalidMessageError, UsageError
 from contextkit.events import ArchiveEvent, EventLog, NoticeEvent
 from contextkit.flow import (
     CallModel,
     FlowContext,
     ModelFailure,
-    ModelReply,
     Reply,
-    RunTools,
-    Sleep,
     emit_history,
     measure,
     summarizer_window,
     turn_flow,
 )
-from contextkit.messages import Message, ToolCall, from_wire, message_from_dict, message_to_dict
+from contextkit.messages import Message, from_wire
+from contextkit.persist import load_session, session_to_dict, write_atomic
 from contextkit.settings import Limits
 from contextkit.sizing import Measure, RequestMeter
 from contextkit.state import SessionState, SessionStats
-from contextkit.summarizer import LiteLLMSummarizer, SummaryRequest, SummaryResponse
-from contextkit.tools import Tool, ToolResult, as_tools, normalise_result
+from contextkit.summarizer import LiteLLMSummarizer
+from contextkit.tools import Tool, as_tools
 
 DEFAULT_WINDOW = 128_000
-SAVE_VERSION = 1
 StatusSink = Callable[[str], None]
 
 
@@ -123,6 +117,13 @@ class Session:
         summary_model = self.limits.compact_model or model
         summary_kwargs = self._litellm_kwargs if summary_model == model else {}
         self.summarizer = LiteLLMSummarizer(summary_model, timeout=self.limits.summary_timeout, **summary_kwargs)
+        self._runner = EffectRunner(
+            model,
+            self._litellm_kwargs,
+            tools=self._tools,
+            summarizer=self.summarizer,
+            request_timeout=self.limits.request_timeout,
+        )
 
     # read-only views ------------------------------------------------------------------------------
     @property
@@ -171,7 +172,7 @@ class Session:
         """Send a user message; run tools until the model answers; recover from rejections."""
         with self._lock, self._turn("send"):
             flow = turn_flow(self._context(), self._user_messages(text), max_rounds=max_rounds)
-            return self._drive(flow)
+            return self._runner.drive(flow)
 
     async def asend(self, text: str | Message | Sequence[Any], *, max_rounds: int = 50) -> Reply:
         """Async ``send``; the same flow driven with ``acompletion`` and async tools."""
@@ -179,7 +180,7 @@ class Session:
         async with self._async_lock():
             with self._lock, self._turn("asend"):
                 flow = turn_flow(self._context(), self._user_messages(text), max_rounds=max_rounds)
-                return await self._adrive(flow)
+                return await self._runner.adrive(flow)
 
     def stream(self, text: str | Message | Sequence[Any], *, max_rounds: int = 50) -> ReplyStream:
         """Stream the reply as text deltas; recovery applies before and during the stream.
@@ -202,7 +203,7 @@ class Session:
                 instruction=instruction,
                 summarizer_window=summarizer_window(ctx),
             )
-            result = self._drive(flow)
+            result = self._runner.drive(flow)
             if result.changed:
                 self._state.history = list(result.history)
                 emit_history(ctx, "compaction")
@@ -235,84 +236,13 @@ class Session:
 
         API keys and other litellm keyword arguments are never written.
         """
-        st = self._state
-        data = {
-            "version": SAVE_VERSION,
-            "model": self.model,
-            "session_id": self.session_id,
-            "limits": asdict(self.limits),
-            "context_window": st.context_window,
-            "cap": st.cap,
-            "cap_source": st.cap_source,
-            "turn_budget": st.turn_budget,
-            "per_result_budget": st.per_result_budget,
-            "size_warned": st.size_warned,
-            "stats": st.stats.to_dict(),
-            "compactor": self.compactor.stats.to_dict(),
-            "archive": {"path": str(self.archive.path) if self.archive.path else None},
-            "history": [message_to_dict(m) for m in st.history],
-        }
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(data, ensure_ascii=False)
-        try:
-            blob = text.encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogates in the history: \u escapes keep them exact
-            blob = json.dumps(data).encode("ascii")
-        tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(blob)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        return target
+        with self._lock:
+            return write_atomic(path, session_to_dict(self))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, archive: Archive | None = None, **kwargs: Any) -> Session:
         """Resume a saved session. Pass api_key/api_base again (they are never saved)."""
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"no saved session at {path}") from None
-        except OSError as exc:
-            raise ConfigError(f"cannot read the saved session at {path}: {exc.strerror or exc}") from None
-        except ValueError as exc:
-            raise ConfigError(f"{path} is not a saved contextkit session ({exc})") from None
-        if not isinstance(data, dict) or data.get("version") != SAVE_VERSION:
-            raise ConfigError(f"{path} is not a saved contextkit session (version {SAVE_VERSION})")
-        try:  # a truncated or hand-edited file: say which file and what is wrong, not a KeyError
-            limit_fields = {f.name for f in fields(Limits)}
-            limits = Limits(**{k: v for k, v in data["limits"].items() if k in limit_fields})
-            model, session_id = data["model"], data["session_id"]
-            history = [message_from_dict(m) for m in data["history"]]
-            window = int(data["context_window"])
-            turn_budget, per_result_budget = int(data["turn_budget"]), int(data["per_result_budget"])
-            stats = SessionStats.from_dict(data.get("stats") or {})
-            compactor_stats = CompactionStats.from_dict(data.get("compactor") or {})
-            archive_path = (data.get("archive") or {}).get("path")
-        except KeyError as exc:
-            raise ConfigError(f"{path} is not a complete saved contextkit session (missing {exc})") from None
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise ConfigError(f"{path} is not a valid saved contextkit session: {exc}") from None
-        if archive is None:
-            archive = (
-                Archive(archive_path, session_id=session_id)
-                if archive_path
-                else Archive.in_memory(session_id=session_id)
-            )
-        session = cls(model, limits=limits, archive=archive, session_id=session_id, **kwargs)
-        st = session._state
-        st.history = history
-        st.context_window = window
-        st.cap, st.cap_source = data.get("cap"), data.get("cap_source")
-        st.turn_budget, st.per_result_budget = turn_budget, per_result_budget
-        st.size_warned = bool(data.get("size_warned"))
-        st.stats = stats
-        session.compactor.stats = compactor_stats
+        session = load_session(cls, path, archive=archive, **kwargs)
         emit_history(session._context(), "load")
         return session
 
@@ -419,136 +349,6 @@ class Session:
         result = self.archive.recall(" ".join(f"<<ccr:{k}>>" for k in keys))
         return [Message.user(result.text, is_recall=True, preserve_verbatim=True)]
 
-    def _call_kwargs(self, effect: CallModel) -> dict[str, Any]:
-        kwargs = dict(self._litellm_kwargs)
-        kwargs.update(effect.params)
-        if effect.tools:
-            kwargs["tools"] = effect.tools
-        return kwargs
-
-    def _run_tool(self, call: ToolCall) -> ToolResult:
-        tool = self._tools.get(call.name)
-        if tool is None:
-            return ToolResult(
-                f"error: no tool named {call.name!r}; available: {', '.join(self._tools) or 'none'}", is_error=True
-            )
-        try:
-            value = tool.func(**tool.parse_arguments(call.arguments))
-        except Exception as exc:  # noqa: BLE001 - a failing tool becomes a tool result, not a crash
-            return ToolResult(f"error: tool {call.name} raised {type(exc).__name__}: {exc}", is_error=True)
-        return normalise_result(value)
-
-    async def _arun_tool(self, call: ToolCall) -> ToolResult:
-        tool = self._tools.get(call.name)
-        if tool is None or not tool.is_async:
-            return await asyncio.to_thread(self._run_tool, call)
-        try:
-            value = await tool.func(**tool.parse_arguments(call.arguments))
-        except Exception as exc:  # noqa: BLE001
-            return ToolResult(f"error: tool {call.name} raised {type(exc).__name__}: {exc}", is_error=True)
-        return normalise_result(value)
-
-    def _call_model(
-        self, effect: CallModel, on_delta: Callable[[str], None] | None = None
-    ) -> ModelReply | ModelFailure:
-        started = time.monotonic()
-        kwargs = self._call_kwargs(effect)
-        partial: list[str] = []
-        try:
-            if effect.stream:
-                chunks = []
-                for chunk in backend.completion(
-                    self.model, effect.messages, timeout=self.limits.request_timeout, stream=True, **kwargs
-                ):
-                    chunks.append(chunk)
-                    delta = _delta_text(chunk)
-                    if delta:
-                        partial.append(delta)
-                        if on_delta is not None:
-                            on_delta(delta)
-                response = backend.stream_chunk_builder(chunks, messages=effect.messages)
-            else:
-                response = backend.completion(
-                    self.model, effect.messages, timeout=self.limits.request_timeout, **kwargs
-                )
-        except Exception as exc:  # noqa: BLE001 - classified by the flow
-            _annotate(exc, effect.bytes)
-            return ModelFailure(exc, "".join(partial), time.monotonic() - started)
-        return _parse_reply(response, self.model, time.monotonic() - started)
-
-    async def _acall_model(self, effect: CallModel) -> ModelReply | ModelFailure:
-        started = time.monotonic()
-        kwargs = self._call_kwargs(effect)
-        try:
-            if effect.stream:
-                chunks = [
-                    c
-                    async for c in await backend.acompletion(
-                        self.model, effect.messages, timeout=self.limits.request_timeout, stream=True, **kwargs
-                    )
-                ]
-                response = backend.stream_chunk_builder(chunks, messages=effect.messages)
-            else:
-                response = await backend.acompletion(
-                    self.model, effect.messages, timeout=self.limits.request_timeout, **kwargs
-                )
-        except Exception as exc:  # noqa: BLE001
-            _annotate(exc, effect.bytes)
-            return ModelFailure(exc, "", time.monotonic() - started)
-        return _parse_reply(response, self.model, time.monotonic() - started)
-
-    def _drive(self, flow: Any) -> Any:
-        value: Any = None
-        try:
-            while True:
-                effect = flow.send(value)
-                value = self._call_model(effect) if isinstance(effect, CallModel) else self._drive_one(effect)
-        except StopIteration as stop:
-            return stop.value
-
-    def _drive_one(self, effect: Any) -> Any:
-        """Run one non-model effect synchronously."""
-        if isinstance(effect, SummaryRequest):
-            return self._summarize(effect)
-        if isinstance(effect, RunTools):
-            return [(call, self._run_tool(call)) for call in effect.calls]
-        if isinstance(effect, Sleep):
-            time.sleep(effect.seconds)
-            return None
-        raise TypeError(f"unknown effect {effect!r}")  # a new effect type without a driver is a bug
-
-    def _summarize(self, request: SummaryRequest) -> SummaryResponse | Exception:
-        try:
-            return self.summarizer.summarize(request)
-        except Exception as exc:  # noqa: BLE001 - the compactor decides what a failed summary means
-            return exc
-
-    async def _adrive(self, flow: Any) -> Any:
-        value: Any = None
-        try:
-            while True:
-                effect = flow.send(value)
-                if isinstance(effect, CallModel):
-                    value = await self._acall_model(effect)
-                elif isinstance(effect, SummaryRequest):
-                    try:
-                        value = await self.summarizer.asummarize(effect)
-                    except Exception as exc:  # noqa: BLE001
-                        value = exc
-                elif isinstance(effect, RunTools):
-                    value = list(
-                        zip(
-                            effect.calls, await asyncio.gather(*(self._arun_tool(c) for c in effect.calls)), strict=True
-                        )
-                    )
-                elif isinstance(effect, Sleep):
-                    await asyncio.sleep(effect.seconds)
-                    value = None
-                else:  # pragma: no cover
-                    raise TypeError(f"unknown effect {effect!r}")
-        except StopIteration as stop:
-            return stop.value
-
     def _repr_html_(self) -> str:
         from contextkit.widgets.html import session_html
 
@@ -579,50 +379,16 @@ class ReplyStream:
                 while True:
                     effect = flow.send(value)
                     if isinstance(effect, CallModel):
-                        value = session._call_model(effect, queue.append)
+                        value = session._runner.call_model(effect, queue.append)
                         yield from queue
                         queue.clear()
                         if isinstance(value, ModelFailure) and value.partial:
                             self.restarts += 1
                     else:
-                        value = session._drive_one(effect)
+                        value = session._runner.run_one(effect)
             except StopIteration as stop:
                 self.reply = stop.value
 
     async def __aiter__(self) -> AsyncIterator[str]:  # pragma: no cover - thin async convenience
         for delta in self:
             yield delta
-
-
-def _annotate(exc: BaseException, size: int) -> None:
-    try:
-        exc.request_bytes = size  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - some exception types forbid new attributes
-        pass
-
-
-def _delta_text(chunk: Any) -> str:
-    try:
-        return chunk.choices[0].delta.content or ""
-    except (AttributeError, IndexError):
-        return ""
-
-
-def _parse_reply(response: Any, model: str, latency: float) -> ModelReply:
-    choice = response.choices[0]
-    message = choice.message
-    calls = tuple(
-        ToolCall(id=str(c.id), name=str(c.function.name), arguments=c.function.arguments or "{}")
-        for c in (getattr(message, "tool_calls", None) or ())
-    )
-    usage = getattr(response, "usage", None)
-    return ModelReply(
-        content=message.content or "",
-        tool_calls=calls,
-        finish_reason=str(choice.finish_reason or "stop"),
-        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-        cost=backend.completion_cost(response, model),
-        reasoning=getattr(message, "reasoning_content", None),
-        latency_s=latency,
-    )

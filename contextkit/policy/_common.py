@@ -57,13 +57,33 @@ def archive_original(
 
     None means the archive refused: the caller must then leave the content untouched.
     """
-    _, carried = split_suffix(content)
-    if carried and all(archive.get(k) is not None for k in carried):
-        return carried, ()
+    body, carried = split_suffix(content)
+    if carried:
+        originals = [archive.get(k) for k in carried]
+        if all(o is not None for o in originals) and _derivable(body, [o for o in originals if o is not None]):
+            return carried, ()
     key = archive.put(content, kind=kind, origin=dict(origin) if origin else None, allow_markers=has_marker(content))
     if key is None:
         return None
     return (key,), (key,)
+
+
+# lines our stubs add around copied text: banners such as "[... 6540 chars omitted ...]",
+# "... [123 chars omitted for context efficiency] ...", "[Old tool result cleared - ...]"
+_TEMPLATE_LINE = re.compile(r"^(?:\.\.\. )?\[.*\](?: \.\.\.)?$")
+
+
+def _derivable(body: str, originals: Sequence[str]) -> bool:
+    """True when every non-template line of ``body`` was copied from one of ``originals``.
+
+    A suffix alone does not make content a stub: text that merely ends with a copied recall suffix
+    (an agent reading notes that quote a marker) carries new lines and must be archived itself.
+    """
+    for line in body.splitlines():
+        text = line.strip()
+        if text and not _TEMPLATE_LINE.match(text) and not any(text in original for original in originals):
+            return False
+    return True
 
 
 def with_suffix(stub: str, keys: Sequence[str]) -> str:

@@ -1,0 +1,201 @@
+"""Runs the effects the sans-IO flow yields: model calls (litellm), summaries, tools, sleeps.
+
+``EffectRunner.drive(flow)`` drives a flow synchronously, ``adrive`` asynchronously (``acompletion``,
+async tools run concurrently), and ``call_model(..., on_delta=...)`` streams text deltas. The
+session owns one runner; the flow never sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from contextkit import backend
+from contextkit.flow import CallModel, ModelFailure, ModelReply, RunTools, Sleep
+from contextkit.messages import ToolCall
+from contextkit.summarizer import Summarizer, SummaryRequest, SummaryResponse
+from contextkit.tools import Tool, ToolResult, normalise_result
+
+
+class EffectRunner:
+    """Executes effects for one session: its model, litellm kwargs, tools and summarizer."""
+
+    def __init__(
+        self,
+        model: str,
+        litellm_kwargs: Mapping[str, Any],
+        *,
+        tools: Mapping[str, Tool],
+        summarizer: Summarizer,
+        request_timeout: float,
+    ) -> None:
+        self.model = model
+        self._kwargs = dict(litellm_kwargs)
+        self._tools = tools
+        self.summarizer = summarizer
+        self.request_timeout = request_timeout
+
+    # drivers -------------------------------------------------------------------------------------------
+    def drive(self, flow: Any) -> Any:
+        value: Any = None
+        try:
+            while True:
+                effect = flow.send(value)
+                value = self.call_model(effect) if isinstance(effect, CallModel) else self.run_one(effect)
+        except StopIteration as stop:
+            return stop.value
+
+    def run_one(self, effect: Any) -> Any:
+        """Run one non-model effect synchronously."""
+        if isinstance(effect, SummaryRequest):
+            return self.summarize(effect)
+        if isinstance(effect, RunTools):
+            return [(call, self.run_tool(call)) for call in effect.calls]
+        if isinstance(effect, Sleep):
+            time.sleep(effect.seconds)
+            return None
+        raise TypeError(f"unknown effect {effect!r}")  # a new effect type without a driver is a bug
+
+    async def adrive(self, flow: Any) -> Any:
+        value: Any = None
+        try:
+            while True:
+                effect = flow.send(value)
+                if isinstance(effect, CallModel):
+                    value = await self.acall_model(effect)
+                elif isinstance(effect, SummaryRequest):
+                    value = await self.asummarize(effect)
+                elif isinstance(effect, RunTools):
+                    results = await asyncio.gather(*(self.arun_tool(c) for c in effect.calls))
+                    value = list(zip(effect.calls, results, strict=True))
+                elif isinstance(effect, Sleep):
+                    await asyncio.sleep(effect.seconds)
+                    value = None
+                else:  # pragma: no cover - a new effect type without a driver is a bug
+                    raise TypeError(f"unknown effect {effect!r}")
+        except StopIteration as stop:
+            return stop.value
+
+    # model calls ---------------------------------------------------------------------------------------
+    def _call_kwargs(self, effect: CallModel) -> dict[str, Any]:
+        kwargs = dict(self._kwargs)
+        kwargs.update(effect.params)
+        if effect.tools:
+            kwargs["tools"] = effect.tools
+        return kwargs
+
+    def call_model(self, effect: CallModel, on_delta: Callable[[str], None] | None = None) -> ModelReply | ModelFailure:
+        started = time.monotonic()
+        kwargs = self._call_kwargs(effect)
+        partial: list[str] = []
+        try:
+            if effect.stream:
+                chunks = []
+                stream = backend.completion(
+                    self.model, effect.messages, timeout=self.request_timeout, stream=True, **kwargs
+                )
+                for chunk in stream:
+                    chunks.append(chunk)
+                    delta = _delta_text(chunk)
+                    if delta:
+                        partial.append(delta)
+                        if on_delta is not None:
+                            on_delta(delta)
+                response = backend.stream_chunk_builder(chunks, messages=effect.messages)
+            else:
+                response = backend.completion(self.model, effect.messages, timeout=self.request_timeout, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - classified by the flow
+            _annotate(exc, effect.bytes)
+            return ModelFailure(exc, "".join(partial), time.monotonic() - started)
+        return parse_reply(response, self.model, time.monotonic() - started)
+
+    async def acall_model(self, effect: CallModel) -> ModelReply | ModelFailure:
+        started = time.monotonic()
+        kwargs = self._call_kwargs(effect)
+        try:
+            if effect.stream:
+                stream = await backend.acompletion(
+                    self.model, effect.messages, timeout=self.request_timeout, stream=True, **kwargs
+                )
+                chunks = [c async for c in stream]
+                response = backend.stream_chunk_builder(chunks, messages=effect.messages)
+            else:
+                response = await backend.acompletion(
+                    self.model, effect.messages, timeout=self.request_timeout, **kwargs
+                )
+        except Exception as exc:  # noqa: BLE001 - classified by the flow
+            _annotate(exc, effect.bytes)
+            return ModelFailure(exc, "", time.monotonic() - started)
+        return parse_reply(response, self.model, time.monotonic() - started)
+
+    # summaries and tools -------------------------------------------------------------------------------
+    def summarize(self, request: SummaryRequest) -> SummaryResponse | Exception:
+        try:
+            return self.summarizer.summarize(request)
+        except Exception as exc:  # noqa: BLE001 - the compactor decides what a failed summary means
+            return exc
+
+    async def asummarize(self, request: SummaryRequest) -> SummaryResponse | Exception:
+        try:
+            return await self.summarizer.asummarize(request)
+        except Exception as exc:  # noqa: BLE001 - the compactor decides what a failed summary means
+            return exc
+
+    def run_tool(self, call: ToolCall) -> ToolResult:
+        tool = self._tools.get(call.name)
+        if tool is None:
+            available = ", ".join(self._tools) or "none"
+            return ToolResult(f"error: no tool named {call.name!r}; available: {available}", is_error=True)
+        try:
+            value = tool.func(**tool.parse_arguments(call.arguments))
+        except Exception as exc:  # noqa: BLE001 - a failing tool becomes a tool result, not a crash
+            return ToolResult(f"error: tool {call.name} raised {type(exc).__name__}: {exc}", is_error=True)
+        return normalise_result(value)
+
+    async def arun_tool(self, call: ToolCall) -> ToolResult:
+        tool = self._tools.get(call.name)
+        if tool is None or not tool.is_async:
+            return await asyncio.to_thread(self.run_tool, call)
+        try:
+            value = await tool.func(**tool.parse_arguments(call.arguments))
+        except Exception as exc:  # noqa: BLE001 - a failing tool becomes a tool result, not a crash
+            return ToolResult(f"error: tool {call.name} raised {type(exc).__name__}: {exc}", is_error=True)
+        return normalise_result(value)
+
+
+def _annotate(exc: BaseException, size: int) -> None:
+    """Record the body size on the exception so ``classify_failure`` can report ``rejected_bytes``."""
+    try:
+        exc.request_bytes = size  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - some exception types forbid new attributes
+        pass
+
+
+def _delta_text(chunk: Any) -> str:
+    try:
+        return chunk.choices[0].delta.content or ""
+    except (AttributeError, IndexError):
+        return ""
+
+
+def parse_reply(response: Any, model: str, latency: float) -> ModelReply:
+    """A litellm response as the flow's ``ModelReply``."""
+    choice = response.choices[0]
+    message = choice.message
+    calls = tuple(
+        ToolCall(id=str(c.id), name=str(c.function.name), arguments=c.function.arguments or "{}")
+        for c in (getattr(message, "tool_calls", None) or ())
+    )
+    usage = getattr(response, "usage", None)
+    return ModelReply(
+        content=message.content or "",
+        tool_calls=calls,
+        finish_reason=str(choice.finish_reason or "stop"),
+        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        cost=backend.completion_cost(response, model),
+        reasoning=getattr(message, "reasoning_content", None),
+        latency_s=latency,
+    )

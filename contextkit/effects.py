@@ -1,0 +1,67 @@
+"""Effects the sans-IO turn flow yields, the results drivers send back, and ``Reply``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from contextkit.messages import ToolCall
+
+
+@dataclass(frozen=True)
+class CallModel:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    params: dict[str, Any]
+    bytes: int
+    tokens: int
+    stream: bool = False
+    purpose: str = "turn"
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str = "stop"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    reasoning: str | None = None
+    latency_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ModelFailure:
+    error: BaseException
+    partial: str = ""
+    latency_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunTools:
+    calls: tuple[ToolCall, ...]
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass
+class Reply:
+    """The answer to one ``send``: text, why it stopped, usage, cost and every attempt made."""
+
+    text: str
+    finish_reason: str
+    usage: dict[str, int] = field(default_factory=dict)
+    cost: float = 0.0
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: int = 0
+
+    @property
+    def recovered(self) -> bool:
+        return any(a.get("outcome") != "ok" for a in self.attempts)
+
+    def __str__(self) -> str:
+        return self.text

@@ -1,0 +1,117 @@
+"""Save and load a session: history (with metadata), counters, limits and the archive reference.
+
+Writes are atomic (temp file, fsync, replace), so a crash mid-save leaves the previous file. API
+keys and other litellm keyword arguments are never written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from contextkit.compaction import CompactionStats
+from contextkit.errors import ConfigError
+from contextkit.messages import message_from_dict, message_to_dict
+from contextkit.settings import Limits
+from contextkit.state import SessionStats
+
+if TYPE_CHECKING:
+    from contextkit.archive import Archive
+    from contextkit.session import Session
+
+SAVE_VERSION = 1
+
+
+def session_to_dict(session: Session) -> dict[str, Any]:
+    st = session._state
+    return {
+        "version": SAVE_VERSION,
+        "model": session.model,
+        "session_id": session.session_id,
+        "limits": asdict(session.limits),
+        "context_window": st.context_window,
+        "cap": st.cap,
+        "cap_source": st.cap_source,
+        "turn_budget": st.turn_budget,
+        "per_result_budget": st.per_result_budget,
+        "size_warned": st.size_warned,
+        "stats": st.stats.to_dict(),
+        "compactor": session.compactor.stats.to_dict(),
+        "archive": {"path": str(session.archive.path) if session.archive.path else None},
+        "history": [message_to_dict(m) for m in st.history],
+    }
+
+
+def write_atomic(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(data, ensure_ascii=False)
+    try:
+        blob = text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates in the history: \u escapes keep them exact
+        blob = json.dumps(data).encode("ascii")
+    tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(blob)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return target
+
+
+def read_saved(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The parsed file, or a ``ConfigError`` naming the file and what is wrong with it."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"no saved session at {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the saved session at {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path} is not a saved contextkit session ({exc})") from None
+    if not isinstance(data, dict) or data.get("version") != SAVE_VERSION:
+        raise ConfigError(f"{path} is not a saved contextkit session (version {SAVE_VERSION})")
+    return data
+
+
+def load_session(
+    cls: type[Session], path: str | os.PathLike[str], *, archive: Archive | None = None, **kwargs: Any
+) -> Session:
+    from contextkit.archive import Archive
+
+    data = read_saved(path)
+    try:  # a truncated or hand-edited file: say which file and what is wrong, not a KeyError
+        limit_fields = {f.name for f in fields(Limits)}
+        limits = Limits(**{k: v for k, v in data["limits"].items() if k in limit_fields})
+        model, session_id = data["model"], data["session_id"]
+        history = [message_from_dict(m) for m in data["history"]]
+        window = int(data["context_window"])
+        turn_budget, per_result_budget = int(data["turn_budget"]), int(data["per_result_budget"])
+        stats = SessionStats.from_dict(data.get("stats") or {})
+        compactor_stats = CompactionStats.from_dict(data.get("compactor") or {})
+        archive_path = (data.get("archive") or {}).get("path")
+    except KeyError as exc:
+        raise ConfigError(f"{path} is not a complete saved contextkit session (missing {exc})") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"{path} is not a valid saved contextkit session: {exc}") from None
+    if archive is None:
+        archive = (
+            Archive(archive_path, session_id=session_id) if archive_path else Archive.in_memory(session_id=session_id)
+        )
+    session = cls(model, limits=limits, archive=archive, session_id=session_id, **kwargs)
+    st = session._state
+    st.history = history
+    st.context_window = window
+    st.cap, st.cap_source = data.get("cap"), data.get("cap_source")
+    st.turn_budget, st.per_result_budget = turn_budget, per_result_budget
+    st.size_warned = bool(data.get("size_warned"))
+    st.stats = stats
+    session.compactor.stats = compactor_stats
+    return session
