@@ -23,7 +23,7 @@ from typing import Any
 from contextkit.classify import Failure, FailureKind, classify_failure
 from contextkit.effects import CallModel, ModelFailure, ModelReply, Reply, RunTools, Sleep
 from contextkit.errors import AuthenticationFailed, ProviderError, RecoveryFailedError
-from contextkit.events import RecoveryEvent, RequestEvent
+from contextkit.events import RequestEvent
 from contextkit.messages import Message, ToolCall, to_wire_list
 from contextkit.preflight import (
     Effect,
@@ -37,7 +37,7 @@ from contextkit.preflight import (
     summarizer_window,
     turn_boundary,
 )
-from contextkit.recovery import recover
+from contextkit.recovery import record_recovery, recover
 from contextkit.sizing import Measure
 from contextkit.state import CONTINUATION
 from contextkit.tools import ToolResult
@@ -142,19 +142,7 @@ def turn_flow(ctx: FlowContext, new_messages: Sequence[Message], *, stream: bool
                 ) from outcome.error
             rejected_bodies.add(digest)
             if level >= st.limits.max_recovery_attempts:
-                ctx.events.append(
-                    RecoveryEvent(
-                        session_id=st.session_id,
-                        turn=st.turn,
-                        failure_kind=failure.kind.value,
-                        reason=failure.reason,
-                        level=level,
-                        attempt=level,
-                        outcome="failed",
-                        bytes_before=sent.bytes,
-                        tokens_before=sent.tokens,
-                    )
-                )
+                record_recovery(ctx, "failed", level=level, failure=failure, before=sent)
                 raise RecoveryFailedError(
                     f"still failing after {level} recovery levels ({failure.reason}). The history is attached to this "
                     "error (err.history); lower Limits(max_payload=...), shorten the system prompt, or start a new "
@@ -176,17 +164,7 @@ def turn_flow(ctx: FlowContext, new_messages: Sequence[Message], *, stream: bool
         st.stats.cost += outcome.cost
         attempts.append({"outcome": "ok", "level": level, "bytes": sent.bytes, "finish_reason": outcome.finish_reason})
         if level:
-            ctx.events.append(
-                RecoveryEvent(
-                    session_id=st.session_id,
-                    turn=st.turn,
-                    level=level,
-                    attempt=level,
-                    outcome="recovered",
-                    bytes_before=sent.bytes,
-                    tokens_before=sent.tokens,
-                )
-            )
+            record_recovery(ctx, "recovered", level=level, before=sent)
             level = 0
         if outcome.tool_calls:
             yield from run_tool_round(ctx, outcome)

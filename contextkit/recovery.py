@@ -26,6 +26,38 @@ _WINDOW_RE = (
 )
 
 
+def record_recovery(
+    ctx: FlowContext,
+    outcome: str,
+    *,
+    level: int = 0,
+    failure: Failure | None = None,
+    before: Measure | None = None,
+    after: Measure | None = None,
+    keys: tuple[str, ...] = (),
+) -> None:
+    """Append one ``RecoveryEvent`` (S5.7): kind, level, sizes before/after, outcome."""
+    st = ctx.state
+    ctx.events.append(
+        RecoveryEvent(
+            session_id=st.session_id,
+            turn=st.turn,
+            failure_kind=failure.kind.value if failure else "",
+            reason=failure.reason if failure else "",
+            level=level,
+            attempt=level,
+            outcome=outcome,
+            bytes_before=before.bytes if before else 0,
+            tokens_before=before.tokens if before else 0,
+            messages_before=before.messages if before else 0,
+            bytes_after=after.bytes if after else 0,
+            tokens_after=after.tokens if after else 0,
+            messages_after=after.messages if after else 0,
+            archived_keys=keys,
+        )
+    )
+
+
 def learn_limits(ctx: FlowContext, failure: Failure, sent: Measure) -> None:
     """S5.3: payload rejections tighten the session cap; overflows tighten the window."""
     st = ctx.state
@@ -81,17 +113,7 @@ def check_floor(ctx: FlowContext, failure: Failure, sent: Measure) -> None:
     # hopeless when the base plus the newest user message (the smallest request possible) is it.
     minimal = base_bytes(ctx, with_last_user=True)
     if minimal >= rejected:
-        ctx.events.append(
-            RecoveryEvent(
-                session_id=ctx.state.session_id,
-                turn=ctx.state.turn,
-                failure_kind=failure.kind.value,
-                reason=failure.reason,
-                outcome="floor",
-                bytes_before=sent.bytes,
-                tokens_before=sent.tokens,
-            )
-        )
+        record_recovery(ctx, "floor", failure=failure, before=sent)
         if base * 2 >= minimal:
             text = (
                 f"The gateway rejected a {format_size(rejected)} request, but the system prompt plus tool schemas alone "
@@ -173,21 +195,4 @@ def recover(ctx: FlowContext, failure: Failure, sent: Measure, level: int) -> Fl
     if payload:
         add_payload_notice(ctx)
     after = emit_history(ctx, "recovery")
-    ctx.events.append(
-        RecoveryEvent(
-            session_id=st.session_id,
-            turn=st.turn,
-            failure_kind=failure.kind.value,
-            reason=failure.reason,
-            level=level,
-            attempt=level,
-            outcome="retrying",
-            bytes_before=before.bytes,
-            bytes_after=after.bytes,
-            tokens_before=before.tokens,
-            tokens_after=after.tokens,
-            messages_before=before.messages,
-            messages_after=after.messages,
-            archived_keys=keys,
-        )
-    )
+    record_recovery(ctx, "retrying", level=level, failure=failure, before=before, after=after, keys=keys)

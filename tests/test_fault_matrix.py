@@ -10,12 +10,12 @@ unchanged. The outcome table is printed in the terminal summary.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from histories import pasted_history, read_history
 
 from contextkit import Limits
 from contextkit.archive import Archive
@@ -34,39 +34,19 @@ MAX_RETRIES = 2
 SIZE_FAULTS = ("fault:overflow", "fault:413", "fault:413-html", "fault:waf403", "fault:bedrock403")
 
 
-def read_history(n: int = 6, size: int = 6_000) -> list[dict[str, Any]]:
-    """One recent agent turn that read ``n`` files (~41 KB, ~10k tokens)."""
-    ws = Workspace(seed=0, target_bytes=size)
-    outputs = [ws.read_file(f"src/module_{i}.py") for i in range(n)]
-    calls = [
-        {
-            "id": f"call_{i}",
-            "type": "function",
-            "function": {"name": "read_file", "arguments": json.dumps({"path": o.path})},
-        }
-        for i, o in enumerate(outputs)
-    ]
-    return [
-        {"role": "user", "content": "Please review the service code."},
-        {"role": "assistant", "content": "Reading every module.", "tool_calls": calls},
-        *({"role": "tool", "tool_call_id": f"call_{i}", "content": o.content} for i, o in enumerate(outputs)),
-        {"role": "assistant", "content": "I have read every module."},
-    ]
-
-
-def pasted_history(n: int = 8, size: int = 8_000) -> list[dict[str, Any]]:
-    """Logs pasted by the user: only a summary or truncation can shrink them."""
-    ws = Workspace(seed=1, target_bytes=size)
-    messages: list[dict[str, Any]] = []
-    for i in range(n):
-        messages.append({"role": "user", "content": f"log part {i}:\n" + ws.tail_log(size // 60).content})
-        messages.append({"role": "assistant", "content": f"Noted part {i}."})
-    return messages
-
-
 def large_history() -> list[dict[str, Any]]:
     """Above the 500 KB line where a dropped connection is a suspected payload limit (S2.4)."""
-    return pasted_history(n=8, size=72_000)
+    return pasted_history(n=8, size=72_000, seed=1)
+
+
+def small_reads() -> list[dict[str, Any]]:
+    """One recent agent turn that read 6 files (~41 KB, ~10k tokens)."""
+    return read_history(n=6, size=6_000)
+
+
+def small_logs() -> list[dict[str, Any]]:
+    """Logs pasted by the user: only a summary or truncation can shrink them."""
+    return pasted_history(n=8, size=8_000, seed=1)
 
 
 @dataclass(frozen=True)
@@ -78,7 +58,7 @@ class Mode:
     fault: str | None = None
     times: int = 1
     route: str = "openai"
-    history: Callable[[], list[dict[str, Any]]] = read_history
+    history: Callable[[], list[dict[str, Any]]] = small_reads
     cap: str = "1MB"  # the configured Limits(max_payload=...) of the "cap" column
     expect: str = "recover"  # recover | retry | escalate | summary | an exception class name
     message: str = ""  # a phrase the actionable error must contain
@@ -101,7 +81,7 @@ MODES: list[Mode] = [
     Mode("timeout", fault="timeout", expect="retry"),
     Mode("timeout-beyond-retries", fault="timeout", times=MAX_RETRIES + 1, expect="ProviderError", message="timeout"),
     *[
-        Mode(f"summary-{m}", {"context_window": 8_000, "summary_mode": m}, history=pasted_history, expect="summary")
+        Mode(f"summary-{m}", {"context_window": 8_000, "summary_mode": m}, history=small_logs, expect="summary")
         for m in ("extract", "refuse", "short", "error_text", "fail", "timeout")
     ],
     Mode("finish-length", fault="length", expect="escalate"),
@@ -277,7 +257,7 @@ def test_summary_rejected_for_size_is_not_resent(error: Exception, calls: int) -
     from contextkit.summarizer import ScriptedSummarizer
 
     history = [
-        Message.user(m["content"]) if m["role"] == "user" else Message.assistant(m["content"]) for m in pasted_history()
+        Message.user(m["content"]) if m["role"] == "user" else Message.assistant(m["content"]) for m in small_logs()
     ]
     summarizer = ScriptedSummarizer([error])
     compactor = Compactor(archive=Archive.in_memory(), limits=Limits(min_keep_recent=4))
@@ -305,7 +285,7 @@ def test_length_escalation_then_payload_recovery_folds_the_parts(gw: GatewaySimu
     model = kwargs.pop("model")
     session = Session(model, archive=Archive.in_memory(session_id="f"), session_id="f", status=None,
                       limits=Limits(context_window=1_000_000), **kwargs)  # fmt: skip
-    history = read_history()
+    history = small_reads()
     session.add_messages(history)
     gw.fail_next("length")  # the answer is cut after 5 tokens ...
     gw.fail_next("413")  # ... and the continuation request is refused by the gateway

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import threading
 from typing import Any
 
 import pytest
+from histories import pasted_history, read_history
 
 from contextkit import Limits, Message, ToolCall
 from contextkit.archive import Archive
@@ -28,36 +28,6 @@ def make_session(gw: GatewaySimulator, route: str = "openai", **kwargs: Any) -> 
     kwargs.setdefault("archive", Archive.in_memory(session_id=kwargs.get("session_id") or "t"))
     kwargs.setdefault("status", None)
     return Session(model, **kw, **kwargs)
-
-
-def big_history(n: int = 14, size: int = 12_000, seed: int = 0) -> list[dict[str, Any]]:
-    """One recent agent turn that read ``n`` big files in parallel (too young for microcompact)."""
-    ws = Workspace(seed=seed, target_bytes=size)
-    outputs = [ws.read_file(f"src/module_{i}.py") for i in range(n)]
-    calls = [
-        {
-            "id": f"call_{i}",
-            "type": "function",
-            "function": {"name": "read_file", "arguments": json.dumps({"path": o.path})},
-        }
-        for i, o in enumerate(outputs)
-    ]
-    return [
-        {"role": "user", "content": "Please review the service code."},
-        {"role": "assistant", "content": "Reading every module.", "tool_calls": calls},
-        *({"role": "tool", "tool_call_id": f"call_{i}", "content": o.content} for i, o in enumerate(outputs)),
-        {"role": "assistant", "content": "I have read every module."},
-    ]
-
-
-def pasted_history(n: int = 8, size: int = 100_000, seed: int = 0) -> list[dict[str, Any]]:
-    """Big logs pasted by the user: nothing but truncation or shrinking can reduce them."""
-    ws = Workspace(seed=seed, target_bytes=size)
-    messages: list[dict[str, Any]] = []
-    for i in range(n):
-        messages.append({"role": "user", "content": f"log part {i}:\n" + ws.tail_log(size // 60).content})
-        messages.append({"role": "assistant", "content": f"Noted part {i}."})
-    return messages
 
 
 def originals(history: list[dict[str, Any]]) -> list[str]:
@@ -94,7 +64,7 @@ SCENARIOS: list[tuple[str, str, dict[str, Any], str]] = [
 def _history_for(name: str) -> list[dict[str, Any]]:
     if name == "drop-large":
         return pasted_history()
-    return big_history()
+    return read_history()
 
 
 def _run_loop(loop: str, session: Session, text: str) -> str:
@@ -255,7 +225,7 @@ def test_two_sessions_keep_their_own_caps_and_budgets() -> None:
     def run(name: str, cap: str) -> None:
         with GatewaySimulator(max_body=cap, reject_with="413") as gw:
             session = make_session(gw, session_id=name, limits=Limits(context_window=1_000_000))
-            session.add_messages(big_history(seed=len(name)))
+            session.add_messages(read_history(seed=len(name)))
             session.send("go on")
             results[name] = session
 
@@ -277,7 +247,7 @@ def test_two_sessions_keep_their_own_caps_and_budgets() -> None:
 def test_measure_is_incremental() -> None:
     with GatewaySimulator() as gw:
         session = make_session(gw)
-        session.add_messages(big_history(n=4, size=10_000))
+        session.add_messages(read_history(n=4, size=10_000))
         session.measure()
         misses = session._meter.misses
         session.add_messages([{"role": "user", "content": "one more"}])
@@ -296,7 +266,7 @@ def test_save_and_load_round_trip_without_secrets(tmp_path: Any) -> None:
             limits=Limits(context_window=1_000_000),
             api_key="sk-canary-SECRET",
         )
-        session.add_messages(big_history())
+        session.add_messages(read_history())
         session.send("go")
         saved = session.save(tmp_path / "s.json")
         text = saved.read_text()
@@ -311,7 +281,7 @@ def test_save_and_load_round_trip_without_secrets(tmp_path: Any) -> None:
 def test_compact_and_rewind() -> None:
     with GatewaySimulator() as gw:
         session = make_session(gw, limits=Limits(context_window=1_000_000, min_keep_recent=2))
-        session.add_messages(big_history(n=6, size=8_000))
+        session.add_messages(read_history(n=6, size=8_000))
         before = session.history
         size_before = session.measure().bytes
         result = session.compact("keep the file names")
