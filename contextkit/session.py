@@ -185,8 +185,10 @@ class Session:
     def stream(self, text: str | Message | Sequence[Any], *, max_rounds: int = 50) -> ReplyStream:
         """Stream the reply as text deltas; recovery applies before and during the stream.
 
-        If a failure interrupts a stream, the deltas already yielded stay yielded and the
-        recovered answer streams from its start; ``ReplyStream.restarts`` counts such restarts.
+        Every model round streams, so text the model writes before a tool call ("Calling
+        read_file.") is yielded too, while ``stream.reply.text`` is the final answer only. If a
+        failure interrupts a stream, the deltas already yielded stay yielded and the recovered
+        answer streams from its start; ``ReplyStream.restarts`` counts such restarts.
         """
         return ReplyStream(self, self._user_messages(text), max_rounds)
 
