@@ -86,6 +86,20 @@ def _derivable(body: str, originals: Sequence[str]) -> bool:
     return True
 
 
+DOWNGRADE_PREFIX = "[recalled original - tool result {id}, kept verbatim through compaction]\n"
+
+
+def tool_result_as_user(message: Message) -> Message:
+    """A verbatim tool result re-attached after its call was summarized or dropped becomes a user
+    message (research §4.10.7), else pairing repair would delete it as an orphan."""
+    if message.role != "tool" and not message.tool_call_id:
+        return message
+    prefix = DOWNGRADE_PREFIX.format(id=message.tool_call_id) if message.tool_call_id else ""
+    return message.evolve(
+        role="user", content=prefix + message.content, tool_call_id=None, name=None, preserve_verbatim=True
+    )
+
+
 def with_suffix(stub: str, keys: Sequence[str]) -> str:
     """``stub`` + the recall suffix for ``keys`` (keys already cited in the stub are not repeated)."""
     return stub + recall_suffix(k for k in keys if f"<<ccr:{k}>>" not in stub)

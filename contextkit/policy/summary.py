@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from contextkit.markers import ArchiveSink, extract_keys, marker
 from contextkit.messages import Message, ToolCall, render_transcript
+from contextkit.policy._common import tool_result_as_user
 from contextkit.policy.pairing import snap_cut
 
 CHARS_PER_TOKEN = 4
@@ -32,7 +33,6 @@ SEGMENT_LINE = "CONVERSATION SEGMENT TO EXTRACT FROM:"
 SUMMARY_HEADER = "[STRUCTURED SUMMARY - covering {n} earlier messages]\n\n"
 GUIDED_HEADER = '[COMPACTED CONTEXT - {n} messages summarized per user instruction: "{instruction}"]\n\n'
 RECALL_NOTE = "\n\n[full transcript of the summarized segment recoverable via @recall {marker}]"
-DOWNGRADE_PREFIX = "[recalled original - tool result {id}, kept verbatim through compaction]\n"
 
 SECTIONS = (
     "Files Read",
@@ -235,8 +235,7 @@ def downgrade_verbatim(message: Message) -> Message:
     are written into its content, because their results were summarized (research §4.10.7).
     """
     if message.role == "tool" or message.tool_call_id:
-        prefix = DOWNGRADE_PREFIX.format(id=message.tool_call_id) if message.tool_call_id else ""
-        return message.evolve(role="user", content=prefix + message.content, tool_call_id=None, name=None)
+        return tool_result_as_user(message)
     if message.tool_calls:
         calls = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
         return message.evolve(content=message.content + f"\n[tool_calls: {calls}]", tool_calls=())

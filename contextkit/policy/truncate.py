@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from contextkit.markers import ArchiveSink, marker, recall_suffix
 from contextkit.messages import Message, render_transcript
-from contextkit.policy._common import cap_end_preserving
+from contextkit.policy._common import cap_end_preserving, tool_result_as_user
 from contextkit.policy.pairing import PairingReport, repair_tool_pairing
 
 RECOVERY_NOTICE = (
@@ -28,25 +28,6 @@ def truncation_notice(dropped: int, key: str) -> str:
     return (
         f"[CONTEXT TRUNCATED: {dropped} messages removed due to context window limit. Recent context preserved "
         f"below. Full transcript recoverable via @recall {marker(key)}.]"
-    )
-
-
-def downgrade_verbatim(message: Message) -> Message:
-    """A verbatim tool result whose call was dropped becomes a user message (else pairing would delete it)."""
-    if message.role != "tool" and not message.tool_call_id:
-        return message
-    prefix = (
-        f"[recalled original - tool result {message.tool_call_id}, kept verbatim through compaction]\n"
-        if message.tool_call_id
-        else ""
-    )
-    return Message(
-        "user",
-        prefix + message.content,
-        images=message.images,
-        preserve_verbatim=True,
-        origin=message.origin,
-        is_recall=message.is_recall,
     )
 
 
@@ -101,7 +82,7 @@ def emergency_truncate(
         keys.append(segment_key)
         text = truncation_notice(len(removed), segment_key) if kept else RECOVERY_NOTICE + recall_suffix([segment_key])
         notice = Message.user(text, is_summary=True, summary_of=len(removed))
-        out = [*systems, notice, *(downgrade_verbatim(m) for m in verbatim), *kept]
+        out = [*systems, notice, *(tool_result_as_user(m) for m in verbatim), *kept]
     else:
         out = [*systems, *rest]
     moved = not removed and list(history) != out

@@ -91,3 +91,18 @@ def close_view(widget: Any) -> None:
     for child in tuple(getattr(widget, "children", ()) or ()):
         close_view(child)
         child.close()
+
+
+class FeedView:
+    """Mixin for panels that follow an ``EventFeed``: the last view error, and a ``close`` that
+    stops the feed and closes the children. List it before the ipywidgets base class."""
+
+    _feed: EventFeed
+
+    @property
+    def last_error(self) -> str | None:
+        return self._feed.last_error
+
+    def close(self) -> None:
+        close_view(self)
+        super().close()  # type: ignore[misc]

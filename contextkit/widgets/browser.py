@@ -24,7 +24,7 @@ from contextkit.errors import UsageError
 from contextkit.events import ArchiveEvent, CompactionEvent, Event, EventLog, HistoryEvent, RecoveryEvent
 from contextkit.markers import marker
 from contextkit.sizing import format_size
-from contextkit.widgets._view import EventFeed, call_quietly, close_view
+from contextkit.widgets._view import EventFeed, FeedView, call_quietly
 from contextkit.widgets.html import ENTRY_COLUMNS, entry_row, esc, table_html
 
 _MONO = "<style>.ck-archive-list select{font-family:monospace;font-size:12px}</style>"
@@ -49,7 +49,7 @@ def _item_key(item: Any) -> str | None:
     return str(key) if key else None
 
 
-class ArchiveBrowser(W.VBox):
+class ArchiveBrowser(FeedView, W.VBox):
     """Entries table, recall search, original content and stub location of the selected entry."""
 
     entries: T.List[dict[str, Any]] = T.List(help="entry rows (key, kind, origin, size, bytes, turn), oldest first")
@@ -113,14 +113,6 @@ class ArchiveBrowser(W.VBox):
         self.entry_list.observe(self._on_select, names="value")
         self.search.observe(self._on_search, names="value")
         self.clear_button.on_click(lambda _: self.clear_search())
-
-    @property
-    def last_error(self) -> str | None:
-        return self._feed.last_error
-
-    def close(self) -> None:
-        close_view(self)
-        super().close()
 
     # -- actions (also called by tests) ------------------------------------------------------------
     def refresh(self) -> None:

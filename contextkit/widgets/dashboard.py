@@ -14,14 +14,14 @@ import ipywidgets as W
 import traitlets as T
 
 from contextkit.events import CompactionEvent, Event, HistoryEvent, RecoveryEvent, RequestEvent
-from contextkit.widgets._view import EventFeed, call_quietly, close_view, events_of
+from contextkit.widgets._view import EventFeed, FeedView, call_quietly, close_view, events_of
 from contextkit.widgets.browser import ArchiveBrowser
 from contextkit.widgets.gauge import HistoryGauge
 from contextkit.widgets.html import esc, format_stat, kv_table
 from contextkit.widgets.timeline import PhaseTimeline
 
 
-class StatsTable(W.VBox):
+class StatsTable(FeedView, W.VBox):
     """``session.stats.to_dict()`` as a key/value table; ``stats`` holds the last dict read."""
 
     stats = T.Dict()
@@ -39,14 +39,6 @@ class StatsTable(W.VBox):
         with self._feed.lock:
             if not self._shown:  # a live event may have shown newer stats meanwhile
                 self._show(first)
-
-    @property
-    def last_error(self) -> str | None:
-        return self._feed.last_error
-
-    def close(self) -> None:
-        close_view(self)
-        super().close()
 
     def _apply(self, event: Event) -> None:
         if self._feed.replaying or (isinstance(event, CompactionEvent) and event.outcome == "running"):

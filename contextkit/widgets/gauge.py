@@ -15,11 +15,11 @@ import traitlets as T
 
 from contextkit.events import CapEvent, Event, HistoryEvent, NoticeEvent
 from contextkit.sizing import format_size
-from contextkit.widgets._view import EventFeed, call_quietly, close_view, events_of
+from contextkit.widgets._view import EventFeed, FeedView, call_quietly, events_of
 from contextkit.widgets.html import AMBER_AT, COLOURS, RED_AT, bar_html, esc, pressure_state, ratio
 
 
-class HistoryGauge(W.VBox):
+class HistoryGauge(FeedView, W.VBox):
     """Live pressure gauge for a session. Read ``state``/``colour`` and the size traits in tests."""
 
     state = T.Unicode("green", help="green | amber | red")
@@ -57,14 +57,6 @@ class HistoryGauge(W.VBox):
             if self._history_seq < 0:  # no HistoryEvent yet (a fresh session): use the snapshot
                 self._use_snapshot(snapshot)
             self._render()
-
-    @property
-    def last_error(self) -> str | None:
-        return self._feed.last_error
-
-    def close(self) -> None:
-        close_view(self)
-        super().close()
 
     # -- state ------------------------------------------------------------------------------------
     def _use_snapshot(self, snap: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ import traitlets as T
 
 from contextkit.events import CompactionEvent, Event, RecoveryEvent
 from contextkit.sizing import format_size
-from contextkit.widgets._view import EventFeed, close_view, events_of
+from contextkit.widgets._view import EventFeed, FeedView, events_of
 from contextkit.widgets.html import esc, table_html
 
 Row = dict[str, Any]
@@ -184,7 +184,7 @@ def timeline_rows(rows: list[Row], event: Event, *, max_rows: int = 200) -> list
     return new[-max_rows:]
 
 
-class PhaseTimeline(W.VBox):
+class PhaseTimeline(FeedView, W.VBox):
     """Live table of compaction phases and recovery attempts; ``rows`` and ``running`` for tests."""
 
     rows: T.List[Row] = T.List(help="one dict per phase / recovery step, oldest first")
@@ -201,14 +201,6 @@ class PhaseTimeline(W.VBox):
         with self._feed.lock:
             self._feed.start()
             self._render()
-
-    @property
-    def last_error(self) -> str | None:
-        return self._feed.last_error
-
-    def close(self) -> None:
-        close_view(self)
-        super().close()
 
     def _apply(self, event: Event) -> None:
         new = timeline_rows(self.rows, event, max_rows=self.max_rows)
