@@ -1,0 +1,207 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 1 · A guided tour of contextkit
+#
+# A model's context window is a **budget**, and so is the body-size cap of every proxy, gateway or
+# firewall between you and the provider. A long agent session spends that budget on every request:
+# the system prompt, every question, every answer and — above all — every tool output the agent has
+# ever read. Sooner or later one of two things happens:
+#
+# * the provider says *"maximum context length exceeded"*, or
+# * a middlebox you never configured answers **413** or a Cloudflare **403 HTML page** — while the
+#   token count looked fine.
+#
+# contextkit keeps such a session alive. This tour shows the whole story in one conversation:
+# measure honestly, compress only under pressure, archive before you drop, recover when a request is
+# rejected — and watch it happen live in a dashboard.
+#
+# > **Simulator or real model.** Every cell runs against the bundled gateway simulator unless the
+# > environment variable `CONTEXTKIT_NOTEBOOK_MODEL` names a litellm model *and* `OPENAI_API_KEY` or
+# > `ANTHROPIC_API_KEY` is set. Cells marked *simulator only* inject gateway faults, which a real
+# > provider does not do on request; they keep using the simulator either way.
+
+# %%
+import os
+
+# litellm must never fetch its model map from the network (set before importing contextkit)
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_OFFLINE_MODE", "True")
+os.environ.setdefault("LITELLM_LOG", "ERROR")
+
+# THE switch. Unset (default): the bundled gateway simulator - no API key, no network, deterministic.
+# Set CONTEXTKIT_NOTEBOOK_MODEL to a litellm model string ("openai/gpt-4o-mini" with OPENAI_API_KEY,
+# "anthropic/claude-3-5-haiku-latest" with ANTHROPIC_API_KEY) to run the conversations on a real model.
+PROVIDER = os.environ.get("CONTEXTKIT_NOTEBOOK_MODEL") or None
+if PROVIDER and not (os.environ.get("OPENAI_API_KEY") or os.environ.get("ANTHROPIC_API_KEY")):
+    print(f"CONTEXTKIT_NOTEBOOK_MODEL={PROVIDER} is set but no OPENAI_API_KEY/ANTHROPIC_API_KEY: using the simulator")
+    PROVIDER = None
+print("conversations run on:", PROVIDER or "the gateway simulator (default)")
+
+
+# %% [markdown]
+# ## A gateway and a session
+#
+# The simulator is a real HTTP server on 127.0.0.1 that speaks the OpenAI and Anthropic APIs, so
+# litellm talks to it exactly as it would to a provider. In front of its scripted model sits a
+# gateway with a **128 KB body cap** that rejects bigger requests the way Cloudflare does: a 403
+# HTML page. The session is *not told* about this cap.
+
+# %%
+def connection(gw):
+    """(model, litellm keyword arguments) for a Session: the simulator behind `gw`, or PROVIDER."""
+    if PROVIDER:
+        return PROVIDER, {}
+    return gw.model, {"api_base": gw.api_base, "api_key": "sim-key"}
+
+from contextkit import Limits, Session, format_size
+from contextkit.archive import Archive
+from contextkit.sim import GatewaySimulator, Workspace, agent_steps
+
+gw = GatewaySimulator(context_window=128_000, max_body="128KB", reject_with="waf403").start()
+model, kwargs = connection(gw)
+workspace = Workspace(seed=7, target_bytes=40_000)  # a synthetic repository: 20-60 KB per tool output
+
+session = Session(
+    model,
+    **kwargs,
+    system="You are a careful coding agent. Read files, then report what you found.",
+    # a real provider has no 128 KB gateway in front of it here, so tell the session the cap instead
+    limits=Limits(context_window=128_000, tool_result_max_chars=60_000, max_payload="128KB" if PROVIDER else None),
+    archive=Archive.in_memory(session_id="tour"),
+    tools=list(workspace.tools.values()),
+    session_id="tour",
+    status=print,  # phases and notices as plain lines (a list's append works too)
+)
+reply = session.send("Hello! We are going to investigate the inventory service together.")
+print(reply.text)
+
+# %% [markdown]
+# **Honest size.** `session.measure()` is the size of the *next request*: the UTF-8 bytes of the JSON
+# body litellm will send (messages, tool-call arguments, tool schemas), and its tokens. Gateways cap
+# bytes, models cap tokens; contextkit budgets both.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+m = session.measure()
+print(f"{m.messages} messages, {format_size(m.bytes)}, {m.tokens} tokens")
+print("tools offered to the model:", [t["function"]["name"] for t in session.tool_schemas])
+
+# %% [markdown]
+# ## The dashboard
+#
+# Every state change of a session is an event; the dashboard is a set of thin views subscribed to
+# the event log. Keep it visible while the next cells run: it updates by itself (no refresh).
+
+# %%
+from contextkit.widgets import Dashboard
+
+dashboard = Dashboard(session)
+dashboard
+
+# %% [markdown]
+# ## A long agent conversation
+#
+# Ten steps: each makes the (scripted) model call one tool — read a whole file, grep, tail a log,
+# fetch JSON. Watch the status lines. After two turns a big tool result becomes a **preview** (head +
+# tail), after four a **one-line stub** — *microcompact*. Nothing is lost: the original goes to the
+# archive first and the stub carries its `<<ccr:KEY>>` marker.
+
+# %%
+import json
+
+plan = agent_steps(seed=7, steps=10)
+for i, (tool, args) in enumerate(plan, 1):
+    note = " ".join(f"{k}={v}" for k, v in args.items())
+    reply = session.send(f"Step {i}: please run {tool} {note}. [[tool:{tool} {json.dumps(args)}]]")
+    m = session.measure()
+    print(f"  step {i:2d} {tool:<9} -> history {m.messages:3d} msgs, {format_size(m.bytes):>9}")
+
+# %% [markdown]
+# ## Hitting the gateway
+#
+# Now the user pastes a 280 KB production log. The request is far above the gateway's (unknown)
+# cap. Follow the status lines:
+#
+# 1. the history is over budget, so it is **compacted** before sending (summary, then truncation,
+#    then shrinking the one huge message — everything archived first);
+# 2. the gateway still rejects it with a Cloudflare page; the classifier recognises a **WAF
+#    rejection**, not an auth error;
+# 3. the session **learns a cap** (¾ of the rejected size) and climbs the **recovery ladder**,
+#    re-compacting under the new cap until a request goes through;
+# 4. a one-time notice asks the model to prefer targeted reads from now on.
+
+# %%
+log = workspace.tail_log(2_600).content
+print(f"pasting {format_size(len(log.encode()))} of log")
+reply = session.send("Here is the full crash log from production, please keep it in mind:\n" + log)
+print()
+print("answer:", reply.text[:80])
+for attempt in reply.attempts:
+    print("  attempt:", attempt)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("payload cap now:", format_size(session.payload_cap), f"({session.cap_source})")
+print("recoveries by level:", session.stats.recoveries_by_level)
+print("failures by kind:", session.stats.failures_by_kind)
+
+# %% [markdown]
+# ## Nothing was lost
+#
+# Everything removed or shortened sits verbatim in the archive (SQLite; in memory here). The
+# history keeps pointers. Ask for any of them back — the model can do the same with its `recall`
+# tool or by writing `@recall <<ccr:KEY>>`.
+
+# %%
+entries = session.archive.entries()
+print(len(entries), "archived entries,", format_size(session.archive.total_bytes), "in total")
+for e in entries[:6]:
+    print(f"  {e.key}  {e.kind:<12} {format_size(e.bytes):>9}  {e.origin}")
+
+# %%
+from contextkit.markers import extract_keys
+
+stubs = [m for m in session.history if m.role == "tool" and extract_keys(m.content)]
+stub = next((m for m in stubs if m.content.startswith("[Old tool")), stubs[0])
+key = extract_keys(stub.content)[0]
+print("what the model sees now :", stub.content[:160].replace("\n", " | "))
+print("what the archive holds  :", format_size(len(session.archive.get(key).encode())), "- byte-exact original")
+
+# %% [markdown]
+# ## Keep going, then save
+#
+# The session continues under its learned cap. `save` writes the history, counters and the archive
+# reference; `Session.load` resumes it (pass the credentials again — they are never written).
+
+# %%
+import tempfile
+from pathlib import Path
+
+reply = session.send("What is left to do?")
+print(reply.text)
+path = session.save(Path(tempfile.mkdtemp()) / "tour.json")
+again = Session.load(path, archive=session.archive, status=None, **kwargs)
+print("resumed:", again)
+
+# %%
+print(json.dumps(session.stats.to_dict(), indent=1))
+dashboard.close()
+gw.stop()
+
+# %% [markdown]
+# **Where next:** notebook 2 climbs the recovery ladder one rung at a time, 3 looks at microcompact
+# and recall, 4 at gateway caps, 5 measures what each level costs and saves, and 6 shows how to
+# assemble prompts so the provider's prompt cache survives.

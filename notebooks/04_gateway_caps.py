@@ -1,0 +1,164 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 4 · Gateway caps
+#
+# Token windows are documented; **body-size caps are not**. nginx defaults to 1 MB, API gateways
+# and WAFs to anything from 128 KB to 10 MB, and they answer with a 413, an HTML error page, a
+# Cloudflare 403, or simply by dropping the connection. No mainstream framework budgets request
+# *bytes* — so a session can be rejected while its token count looks perfectly fine.
+#
+# contextkit treats the cap as a budget like the window:
+#
+# * **pre-flight** — with a known cap, a request above 85% of it is compacted *before* it is sent;
+# * **learned cap** — a rejection of known size sets the cap to ¾ of it, for this session only;
+# * **floor diagnostic** — when the system prompt and tool schemas alone cannot fit, fail fast with
+#   an actionable error instead of burning the recovery ladder on identical payloads;
+# * **one-time notice** — after a payload rejection the model is told, once, to prefer targeted reads.
+#
+# > **Simulator or real model.** Every cell runs against the bundled gateway simulator unless the
+# > environment variable `CONTEXTKIT_NOTEBOOK_MODEL` names a litellm model *and* `OPENAI_API_KEY` or
+# > `ANTHROPIC_API_KEY` is set. Cells marked *simulator only* inject gateway faults, which a real
+# > provider does not do on request; they keep using the simulator either way.
+
+# %%
+import os
+
+# litellm must never fetch its model map from the network (set before importing contextkit)
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_OFFLINE_MODE", "True")
+os.environ.setdefault("LITELLM_LOG", "ERROR")
+
+# THE switch. Unset (default): the bundled gateway simulator - no API key, no network, deterministic.
+# Set CONTEXTKIT_NOTEBOOK_MODEL to a litellm model string ("openai/gpt-4o-mini" with OPENAI_API_KEY,
+# "anthropic/claude-3-5-haiku-latest" with ANTHROPIC_API_KEY) to run the conversations on a real model.
+PROVIDER = os.environ.get("CONTEXTKIT_NOTEBOOK_MODEL") or None
+if PROVIDER and not (os.environ.get("OPENAI_API_KEY") or os.environ.get("ANTHROPIC_API_KEY")):
+    print(f"CONTEXTKIT_NOTEBOOK_MODEL={PROVIDER} is set but no OPENAI_API_KEY/ANTHROPIC_API_KEY: using the simulator")
+    PROVIDER = None
+print("conversations run on:", PROVIDER or "the gateway simulator (default)")
+
+
+# %%
+def connection(gw):
+    """(model, litellm keyword arguments) for a Session: the simulator behind `gw`, or PROVIDER."""
+    if PROVIDER:
+        return PROVIDER, {}
+    return gw.model, {"api_base": gw.api_base, "api_key": "sim-key"}
+
+from contextkit import Limits, PayloadFloorError, Session, format_size
+from contextkit.archive import Archive
+from contextkit.events import CapEvent, NoticeEvent
+from contextkit.sim import GatewaySimulator, Workspace
+from contextkit.state import PAYLOAD_NOTICE_MARKER
+
+gw = GatewaySimulator(context_window=128_000, max_body="96KB", reject_with="413").start()
+model, kwargs = connection(gw)
+logs = Workspace(seed=3, target_bytes=6_000)
+
+# %% [markdown]
+# ## Pre-flight: a known cap
+#
+# If you know your gateway's limit, say so: `Limits(max_payload="64KB")` or
+# `CONTEXTKIT_MAX_PAYLOAD=64KB`. Below 70% of the cap nothing happens (compress only under
+# pressure). A request that would land above **85%** is compacted first, to a tighter 40% budget,
+# with a notice that says why.
+
+# %%
+notes = []
+session = Session(model, **kwargs, system="Be brief.", limits=Limits(context_window=128_000, max_payload="64KB"),
+                  archive=Archive.in_memory(session_id="preflight"), session_id="preflight", status=notes.append)
+for i in range(3):
+    session.send(f"turn {i}: a log excerpt\n" + logs.tail_log(60).content)
+print("before the paste:", format_size(session.measure().bytes))
+session.send("And the full trace (please keep it):\n" + logs.tail_log(320).content)
+print("after the paste :", format_size(session.measure().bytes), "- requests rejected:",
+      sum(not r.accepted for r in gw.requests))
+print()
+print("\n".join(notes))
+
+# %% [markdown]
+# ## Learned cap: an unknown cap *(simulator only)*
+#
+# Now nobody told the session. The gateway rejects a 97 KB request; the failure carries the size
+# we sent (we always know the body), so the session sets its cap to ¾ of it and recovers. The cap
+# only ever tightens, and it belongs to this session: other sessions in the process never see it.
+
+# %%
+notes = []
+sim_model, sim_kwargs = gw.model, {"api_base": gw.api_base, "api_key": "sim-key"}  # the gateway is the subject
+learner = Session(sim_model, **sim_kwargs, system="Be brief.", limits=Limits(context_window=128_000),
+                  archive=Archive.in_memory(session_id="learned"), session_id="learned", status=notes.append)
+for i in range(3):
+    learner.send(f"turn {i}: log\n" + logs.tail_log(300).content)
+print("\n".join(notes))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for e in learner.events.of_type(CapEvent):
+    print(f"cap {e.source}: rejected {format_size(e.rejected_bytes)} -> cap {format_size(e.cap_bytes)} (3/4)")
+print("this session:", format_size(learner.payload_cap), learner.cap_source)
+print("the other session keeps its configured cap:", format_size(session.payload_cap), session.cap_source)
+
+
+# %% [markdown]
+# ## The one-time notice *(simulator only)*
+#
+# After the payload recovery, one user message was inserted asking the model to prefer targeted
+# reads and incremental summaries. It is added **once per session** — contextkit looks for an
+# existing copy anywhere, including inside a summary — so a second rejection does not stack notices.
+
+# %%
+def notices(s):
+    return sum(PAYLOAD_NOTICE_MARKER in m.content for m in s.history)
+
+
+print("notices after the first recovery:", notices(learner))
+gw.fail_next("413")  # simulator: one more gateway rejection, whatever the size
+learner.send("Another big paste:\n" + Workspace(seed=4, target_bytes=6_000).tail_log(1_500).content)
+print("notices after a second payload recovery:", notices(learner), "- recoveries:", learner.stats.recoveries_by_level)
+print(next(m.content for m in learner.history if PAYLOAD_NOTICE_MARKER in m.content)[:240], "...")
+
+# %% [markdown]
+# ## The floor: when no compaction can help *(simulator only)*
+#
+# The system prompt and the tool schemas are never compacted — they are the *floor* of every
+# request. Behind a 16 KB gateway, a 20 KB system prompt can never fit. Instead of climbing three
+# rungs with identical payloads, the session fails fast and names both sizes and what to shrink.
+
+# %%
+gw.configure(max_body="16KB")
+rules = "You must follow these rules.\n" + Workspace(seed=9, target_bytes=20_000).read_file("docs/rules.md").content
+heavy = Session(sim_model, **sim_kwargs, system=rules, limits=Limits(context_window=128_000),
+                archive=Archive.in_memory(session_id="floor"), session_id="floor", status=print)
+print("system prompt:", format_size(len(rules.encode())))
+try:
+    heavy.send("hi")
+except PayloadFloorError as err:
+    print()
+    print("PayloadFloorError:", err)
+    print("floor:", format_size(err.base_bytes), "- rejected:", format_size(err.rejected_bytes))
+
+# %% [markdown]
+# A system prompt at or above ¾ of a rejected size only gets a **warning**: it still fits, but
+# leaves little room for the conversation.
+#
+# ## Summary of the notices this notebook produced
+
+# %%
+for s in (session, learner, heavy):
+    codes = [e.code for e in s.events.of_type(NoticeEvent)]
+    print(f"{s.session_id:<10}", ", ".join(dict.fromkeys(codes)))
+gw.stop()
