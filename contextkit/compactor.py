@@ -63,6 +63,7 @@ class Compactor:
         on_flush: Callable[[Sequence[Message], CompactionInfo], Any] | None = None,
         session_id: str = "",
         clock: Callable[[], float] = time.monotonic,
+        turn: Callable[[], int] | None = None,
     ) -> None:
         self.archive = archive
         self.limits = limits
@@ -73,14 +74,33 @@ class Compactor:
         self.on_flush = on_flush
         self.session_id = session_id
         self.clock = clock
+        self.turn = turn  # the session's user-turn count, stamped on every event
         self.stats = CompactionStats()
         self.undo_stack: list[list[Message]] = []
+        self.undo_results: list[list[Message]] = []  # what each undo entry's compaction produced
         self.backoff = 0  # S4.6: passes left that skip Level 2
         self._flushed: set[int] = set()
 
     def pop_undo(self) -> list[Message] | None:
         """The history before the last applied compaction (None when there is none)."""
-        return self.undo_stack.pop() if self.undo_stack else None
+        entry = self.pop_undo_entry()
+        return entry[0] if entry else None
+
+    def pop_undo_entry(self) -> tuple[list[Message], list[Message] | None] | None:
+        """``(history before, history the compaction produced)`` of the last applied compaction."""
+        if not self.undo_stack:
+            return None
+        after = self.undo_results.pop() if len(self.undo_results) == len(self.undo_stack) else None
+        return self.undo_stack.pop(), after
+
+    def peek_undo_entry(self) -> tuple[list[Message], list[Message] | None] | None:
+        if not self.undo_stack:
+            return None
+        after = self.undo_results[-1] if len(self.undo_results) == len(self.undo_stack) else None
+        return self.undo_stack[-1], after
+
+    def _turn(self) -> int:
+        return self.turn() if self.turn is not None else 0
 
     # reporting ----------------------------------------------------------------------------------
     def _emit(self, run: Pass, info: CompactionInfo, phase: str, status: str, outcome: str, level: int = 0,
@@ -88,7 +108,7 @@ class Compactor:
         """One CompactionEvent; ``since`` = (messages, bytes, tokens) before the phase (default: the pass)."""
         m0, b0, t0 = since or (info.messages_before, info.bytes_before, info.tokens_before or 0)
         event = CompactionEvent(
-            session_id=self.session_id, trigger=info.trigger, phase=phase, level=level, status=status,
+            session_id=self.session_id, turn=self._turn(), trigger=info.trigger, phase=phase, level=level, status=status,
             outcome=outcome, messages_before=m0, bytes_before=b0, tokens_before=t0,
             messages_after=len(run.history), bytes_after=run.bytes, tokens_after=run.tokens(), **extra,
         )  # fmt: skip
@@ -101,7 +121,9 @@ class Compactor:
 
     def _notice(self, code: str, text: str) -> None:
         if self.events is not None:
-            self.events.append(NoticeEvent(session_id=self.session_id, code=code, text=text, level="warning"))
+            self.events.append(
+                NoticeEvent(session_id=self.session_id, turn=self._turn(), code=code, text=text, level="warning")
+            )
 
     def _flush(self, messages: Sequence[Message], info: CompactionInfo, phase: str) -> None:
         """Hand the messages about to be rewritten to ``on_flush`` once each (S4.14); best effort."""
@@ -184,7 +206,9 @@ class Compactor:
             return
         if use_summary:
             yield from self._level2(run, info, instruction, window)
-        if run.bytes > budget:
+        # A manual summary follows the user's instruction; truncating on top of it to reach an
+        # arbitrary target would cut what the instruction asked to keep.
+        if run.bytes > budget and not (force_summary and run.level >= 2):
             self._level3(run, info)
 
     def _level1(self, run: Pass, info: CompactionInfo) -> None:
@@ -212,6 +236,8 @@ class Compactor:
             self._emit(run, info, "summarize", text, "skipped", 2, detail="backoff")
             return
         plan = s2.plan_segment(run.history, min_keep_recent=self.limits.min_keep_recent)
+        if plan is None and info.trigger == "manual" and run.bytes > info.budget:
+            plan = _last_exchange_plan(run.history)
         if plan is None:
             self._emit(
                 run,
@@ -323,7 +349,9 @@ class Compactor:
             run.history, run.bytes, run.level = list(before), info.bytes_before, 0
         else:
             self.undo_stack.append(before)
+            self.undo_results.append(list(run.history))
             del self.undo_stack[:-UNDO_DEPTH]
+            del self.undo_results[:-UNDO_DEPTH]
             self.stats.compactions += 1
             self.stats.level3_falls += run.level >= 3
         outcome = "applied" if changed else "skipped"
@@ -411,6 +439,15 @@ class Compactor:
                 request = gen.send(reply)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
+
+
+def _last_exchange_plan(history: Sequence[Message]) -> s2.SegmentPlan | None:
+    """Manual compaction of a short history: keep the newest exchange (the newest user message and
+    everything after it), summarize everything older - even a few messages, since the user asked."""
+    newest = next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "user"), None)
+    if newest is None:
+        return None
+    return s2.plan_segment(history, min_keep_recent=len(history) - newest, min_compactable=2)
 
 
 def _size_rejection(error: BaseException) -> bool:

@@ -43,7 +43,11 @@ class EffectRunner:
         try:
             while True:
                 effect = flow.send(value)
-                value = self.call_model(effect) if isinstance(effect, CallModel) else self.run_one(effect)
+                try:
+                    value = self.call_model(effect) if isinstance(effect, CallModel) else self.run_one(effect)
+                except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+                    cancel(flow, exc)
+                    raise
         except StopIteration as stop:
             return stop.value
 
@@ -59,6 +63,13 @@ class EffectRunner:
         raise TypeError(f"unknown effect {effect!r}")  # a new effect type without a driver is a bug
 
     async def adrive(self, flow: Any) -> Any:
+        try:
+            return await self._adrive(flow)
+        except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+            cancel(flow, exc)
+            raise
+
+    async def _adrive(self, flow: Any) -> Any:
         value: Any = None
         try:
             while True:
@@ -163,6 +174,17 @@ class EffectRunner:
         except Exception as exc:  # noqa: BLE001 - a failing tool becomes a tool result, not a crash
             return ToolResult(f"error: tool {call.name} raised {type(exc).__name__}: {exc}", is_error=True)
         return normalise_result(value)
+
+
+def cancel(flow: Any, exc: BaseException) -> None:
+    """Hand a cancellation (Ctrl-C, task cancellation) to a suspended flow, so the flow and a
+    compaction inside it record it (a "cancelled" event) and restore the history; the caller re-raises."""
+    try:
+        flow.throw(exc)
+    except BaseException:  # noqa: BLE001 - the flow re-raises the cancellation (or ended): nothing else to do
+        pass
+    finally:
+        flow.close()
 
 
 def _annotate(exc: BaseException, size: int) -> None:

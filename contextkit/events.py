@@ -100,7 +100,7 @@ class RecoveryEvent(Event):
     tokens_after: int = 0
     messages_before: int = 0
     messages_after: int = 0
-    outcome: str = "retrying"  # retrying | recovered | failed | floor
+    outcome: str = "retrying"  # retrying | recovered | failed | floor | not_sent | cancelled
     latency_s: float = 0.0
     archived_keys: tuple[str, ...] = ()
 
@@ -123,7 +123,27 @@ class CapEvent(Event):
     cap_bytes: int = 0
     previous_bytes: int | None = None
     rejected_bytes: int | None = None
-    source: str = "configured"  # configured | learned | assumed
+    source: str = "configured"  # configured | learned | assumed | probe | reset
+
+
+@dataclass(frozen=True, kw_only=True)
+class LimitEvent(Event):
+    """A limit the session works under changed, with the evidence for the change.
+
+    ``limit`` is ``cap`` (payload bytes), ``window`` (tokens), ``turn_budget`` or ``per_result_budget``
+    (tool-result chars). ``source``: ``learned`` (from a size failure), ``probe`` (raised after clean
+    turns), ``episode`` (halved for a recovery episode), ``restored`` (back after clean turns),
+    ``reset`` (``Session.reset_limits()``), ``assumed`` (nothing known; said once).
+    """
+
+    type: ClassVar[str] = "limit"
+    limit: str = ""
+    value: int | None = None
+    previous: int | None = None
+    source: str = ""
+    evidence: str = ""
+    rejected_bytes: int | None = None
+    accepted_bytes: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,7 +156,7 @@ class HistoryEvent(Event):
     tokens: int = 0
     cap_bytes: int | None = None
     context_window: int | None = None
-    reason: str = ""  # user | reply | tool | compaction | recovery | rewind | load
+    reason: str = ""  # user | reply | tool | compaction | recovery | rewind | load | rollback | excerpt | reset
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,7 +173,16 @@ class ArchiveEvent(Event):
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
-    for cls in (RequestEvent, CompactionEvent, RecoveryEvent, NoticeEvent, CapEvent, HistoryEvent, ArchiveEvent)
+    for cls in (
+        RequestEvent,
+        CompactionEvent,
+        RecoveryEvent,
+        NoticeEvent,
+        CapEvent,
+        LimitEvent,
+        HistoryEvent,
+        ArchiveEvent,
+    )
 }
 
 

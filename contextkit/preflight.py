@@ -1,54 +1,52 @@
-"""Per-request steps of the turn flow: measuring, budgets, pre-flight, compaction, the outgoing copy.
+"""Per-request steps of the turn flow: byte budgets, turn-boundary rewrites, the oversize rule,
+pre-flight and auto compaction, the outgoing copy and the known-limit check.
 
 No IO of its own: the archive is reached through its protocol and the compactor yields summary
-requests for the driver to run.
+requests for the driver to run. Summary requests pass through ``run_compaction``, which feeds
+their outcomes to the session's evidence and never sends one at or above a known limit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from contextkit.events import EventLog, HistoryEvent
-from contextkit.markers import ArchiveSink, marker
+from contextkit.classify import FailureKind, classify_failure
+from contextkit.errors import PayloadFloorError, ProviderError
+from contextkit.evidence import Lesson, gateway_how, judge, learned_cap
+from contextkit.floor import floor_measure, floor_text
+from contextkit.flowctx import Effect, Flow, FlowContext, emit_history, measure
+from contextkit.learning import announce_window, learn_cap
+from contextkit.markers import marker
 from contextkit.messages import Message
 from contextkit.policy.budgets import enforce_tool_result_budgets
 from contextkit.policy.microcompact import MicrocompactConfig, microcompact
+from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, newest_user_index, original_of
 from contextkit.policy.pairing import repair_tool_pairing
 from contextkit.policy.trim import dedup_repeated_reads
-from contextkit.prefix import PrefixProbe
-from contextkit.sizing import MB, Measure, RequestMeter, dumps, format_size, request_bytes
-from contextkit.state import SessionState
+from contextkit.sizing import MB, Measure, dumps, format_size, message_bytes, request_bytes
+from contextkit.summarizer import SummaryRequest, SummaryResponse
 
 NO_CAP_WARNING_BYTES = int(2.5 * MB)
 
-
-@dataclass
-class FlowContext:
-    """Collaborators of the flow. Only the archive writes anywhere, through its protocol."""
-
-    state: SessionState
-    archive: ArchiveSink
-    meter: RequestMeter
-    events: EventLog
-    compactor: Any
-    tools: list[dict[str, Any]]
-    params: Mapping[str, Any]
-    notify: Callable[[str, str, str], None]
-    summarizer_window: int | None = None
-    summarizer_shares_window: bool = False  # the summarizer is the session's own model
-    probe: PrefixProbe = field(default_factory=PrefixProbe)
-
-
-Effect = Any
+__all__ = [
+    "Effect",
+    "Flow",
+    "FlowContext",
+    "byte_budget",
+    "compact_if_needed",
+    "emit_history",
+    "fit_newest_message",
+    "known_to_fail",
+    "measure",
+    "outgoing",
+    "run_compaction",
+    "summarizer_window",
+    "turn_boundary",
+]
 
 
-Flow = Generator[Effect, Any, Any]
-
-
-def measure(ctx: FlowContext, history: Sequence[Message]) -> Measure:
-    return ctx.meter.measure(history, tools=ctx.tools or None)
+class NotSent(ProviderError):
+    """A summary request was not sent: it is at or above a size its endpoint already rejected."""
 
 
 def byte_budget(ctx: FlowContext, m: Measure, ratio: float | None = None) -> int:
@@ -60,36 +58,6 @@ def byte_budget(ctx: FlowContext, m: Measure, ratio: float | None = None) -> int
     if st.cap:
         budget = min(budget, int(0.7 * st.cap))
     return max(budget, 1)
-
-
-def base_bytes(ctx: FlowContext, *, with_last_user: bool = False) -> int:
-    """The non-compactable base: system messages plus tool schemas (and the newest user message,
-    which no compaction removes)."""
-    history = ctx.state.history
-    keep = [m for m in history if m.role == "system"]
-    if with_last_user:
-        last = next((m for m in reversed(history) if m.role == "user"), None)
-        if last is not None:
-            keep.append(last)
-    return request_bytes(keep, tools=ctx.tools or None, model=ctx.state.model)
-
-
-def emit_history(ctx: FlowContext, reason: str) -> Measure:
-    st = ctx.state
-    m = measure(ctx, st.history)
-    ctx.events.append(
-        HistoryEvent(
-            session_id=st.session_id,
-            turn=st.turn,
-            messages=m.messages,
-            bytes=m.bytes,
-            tokens=m.tokens,
-            cap_bytes=st.cap,
-            context_window=st.context_window,
-            reason=reason,
-        )
-    )
-    return m
 
 
 def turn_boundary(ctx: FlowContext) -> None:
@@ -106,9 +74,70 @@ def turn_boundary(ctx: FlowContext) -> None:
         emit_history(ctx, "microcompact")
 
 
-def compact_if_needed(ctx: FlowContext, *, trigger: str = "auto") -> Flow:
-    """Pre-flight (S5.2) and automatic compaction when over budget."""
+def _token_limit(ctx: FlowContext) -> int:
+    """Tokens a request must stay below: the window, and below what already overflowed."""
+    overflowed = ctx.evidence().smallest_overflow_tokens
+    window = ctx.state.context_window
+    return min(window, overflowed - 1) if overflowed else window
+
+
+def fit_newest_message(ctx: FlowContext) -> None:
+    """One rule for a newest user message that cannot fit, whatever binds (a learned or configured
+    cap, or the window): when the smallest request holding it whole is above the pre-flight line,
+    archive it and send a head + tail excerpt the model can page through with ``recall``.
+    ``PayloadFloorError`` only when even the smallest excerpt cannot fit."""
     st = ctx.state
+    i = newest_user_index(st.history)
+    if i is None:
+        return
+    current = st.history[i]
+    systems = [m for m in st.history if m.role == "system"]
+    whole = measure(ctx, [*systems, current])
+    ratio = st.limits.preflight_ratio
+    tokens_limit = _token_limit(ctx)
+    over_bytes = bool(st.cap) and whole.bytes > ratio * st.cap  # type: ignore[operator]
+    over_tokens = whole.tokens > ratio * tokens_limit
+    if not (over_bytes or over_tokens):
+        return
+    what = (
+        f"the {st.cap_source or 'configured'} payload cap of {format_size(st.cap)}"
+        if over_bytes and st.cap
+        else f"the {st.context_window:,}-token context window"
+    )
+    newest = original_of(current, ctx.archive)  # an excerpt that no longer fits is cut again from its original
+    base = measure(ctx, systems)
+    room = max(byte_budget(ctx, whole) - base.bytes, 0) // 2
+    chars = max(EXCERPT_MIN_CHARS, int(room * len(newest.content) / max(1, message_bytes(newest))))
+    got = excerpt_message(newest, max_chars=chars, archive=ctx.archive, too_big_for=what)
+    if got is None or len(got[0].content) >= len(current.content):
+        return  # nothing smaller to offer: compaction and the known-limit check decide
+    excerpt, _ = got
+    fitted = measure(ctx, [*systems, excerpt])
+    if (st.cap and fitted.bytes > st.cap) or fitted.tokens >= tokens_limit:
+        tokens = not (st.cap and fitted.bytes > st.cap)
+        limit = f"The {what}" if not tokens else f"The model's window is {tokens_limit:,} tokens"
+        raise PayloadFloorError(
+            floor_text(ctx, limit, fitted, tokens=tokens),
+            base_bytes=fitted.bytes,
+            rejected_bytes=st.cap or 0,
+        )
+    st.history = [*st.history[:i], excerpt, *st.history[i + 1 :]]
+    size = format_size(len(newest.content.encode("utf-8", "surrogatepass")))
+    ctx.notify(
+        "message_excerpted",
+        f"your message ({size}) is too large to send whole (above {what}): it is archived as "
+        f"{' '.join(marker(k) for k in excerpt.archive_keys)} and the model gets a {format_size(len(excerpt.content))} "
+        "head+tail excerpt it can page through with recall",
+        "warning",
+    )
+    emit_history(ctx, "excerpt")
+
+
+def compact_if_needed(ctx: FlowContext, *, trigger: str = "auto") -> Flow:
+    """The oversize rule, pre-flight (S5.2) and automatic compaction when over budget."""
+    st = ctx.state
+    announce_window(ctx)
+    fit_newest_message(ctx)
     m = measure(ctx, st.history)
     ratio = None
     if st.cap and m.bytes > st.limits.preflight_ratio * st.cap:
@@ -130,16 +159,92 @@ def compact_if_needed(ctx: FlowContext, *, trigger: str = "auto") -> Flow:
     budget = byte_budget(ctx, m, ratio)
     if m.bytes <= budget:
         return
-    result = yield from ctx.compactor.flow(
+    result = yield from run_compaction(ctx, trigger=trigger, budget=budget)
+    if result.changed:
+        st.history = list(result.history)
+        emit_history(ctx, "compaction")
+
+
+def run_compaction(ctx: FlowContext, *, trigger: str, budget: int, instruction: str | None = None) -> Flow:
+    """One compactor pass over the session history; returns its ``CompactionResult``."""
+    st = ctx.state
+    pass_ = ctx.compactor.flow(
         st.history,
         trigger=trigger,
         budget=budget,
         measure=lambda h: measure(ctx, h).bytes,
+        instruction=instruction,
         summarizer_window=summarizer_window(ctx),
     )
-    if result.changed:
-        st.history = list(result.history)
-        emit_history(ctx, "compaction")
+    return (yield from _watch_summaries(ctx, pass_))
+
+
+def _watch_summaries(ctx: FlowContext, sub: Flow) -> Flow:
+    """``yield from sub``, but every summary request is checked against what its endpoint rejected
+    and its outcome becomes evidence. Exceptions thrown in (cancellation) reach ``sub``."""
+    try:
+        effect = next(sub)
+    except StopIteration as stop:
+        return stop.value
+    while True:
+        value: Any
+        if isinstance(effect, SummaryRequest) and (refusal := _summary_refusal(ctx, effect)):
+            value = NotSent(refusal)
+        else:
+            try:
+                value = yield effect
+            except BaseException as exc:  # noqa: BLE001 - handed to the compactor, which re-raises
+                try:
+                    effect = sub.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+                continue
+            if isinstance(effect, SummaryRequest):
+                _summary_evidence(ctx, effect, value)
+        try:
+            effect = sub.send(value)
+        except StopIteration as stop:
+            return stop.value
+
+
+def _summary_bytes(ctx: FlowContext, request: SummaryRequest) -> int:
+    # the body without request parameters: never more than what is sent, so limits stay safe
+    return request_bytes([Message.user(request.prompt)], model=request.model or ctx.state.model)
+
+
+def _summary_endpoint(ctx: FlowContext, request: SummaryRequest) -> str:
+    return request.model or ctx.state.limits.compact_model or ctx.state.model
+
+
+def _summary_refusal(ctx: FlowContext, request: SummaryRequest) -> str | None:
+    ceiling = ctx.evidence(_summary_endpoint(ctx, request)).ceiling
+    size = _summary_bytes(ctx, request)
+    if ceiling is not None and size > ceiling:
+        return (
+            f"summary request not sent: {format_size(size)} is at or above {format_size(ceiling + 1)}, rejected before"
+        )
+    return None
+
+
+def _summary_evidence(ctx: FlowContext, request: SummaryRequest, value: Any) -> None:
+    endpoint = _summary_endpoint(ctx, request)
+    ev = ctx.evidence(endpoint)
+    size = _summary_bytes(ctx, request)
+    if isinstance(value, SummaryResponse):
+        ev.accepted(size)
+        return
+    if not isinstance(value, BaseException):
+        return
+    failure = classify_failure(value, request_bytes=size)
+    if failure.kind not in (FailureKind.PAYLOAD_TOO_LARGE, FailureKind.WAF_REJECTION):
+        return  # overflows and drops of a summary are the compactor's business (it falls back)
+    if judge(ev, failure, sent_bytes=size, seen=0).lesson != Lesson.RECOVER:
+        return  # a stray rejection, far below what this endpoint accepted: nothing to learn
+    ev.rejected(size, gateway_how(failure))
+    if endpoint == ctx.state.model:
+        new = learned_cap(size, floor=0, current=ctx.state.cap)
+        if new is not None:
+            learn_cap(ctx, new, rejected=size, how=f"summary request, {gateway_how(failure)}")
 
 
 def summarizer_window(ctx: FlowContext) -> int | None:
@@ -171,7 +276,39 @@ def outgoing(ctx: FlowContext) -> tuple[list[Message], Measure]:
     return out, measure(ctx, out)
 
 
+def known_to_fail(ctx: FlowContext, sent: Measure) -> str | None:
+    """Why this request must not be sent (the cap is a hard limit; a size the endpoint rejected,
+    or a token count that overflowed, is never sent again), or None."""
+    st = ctx.state
+    ev = ctx.evidence()
+    if st.cap and sent.bytes > st.cap:
+        return f"the request is {format_size(sent.bytes)}, above the {st.cap_source or 'configured'} payload cap ({format_size(st.cap)})"
+    if ev.ceiling is not None and sent.bytes > ev.ceiling:
+        return f"the request is {format_size(sent.bytes)}; this endpoint rejected {format_size(ev.ceiling + 1)} before"
+    overflowed = ev.smallest_overflow_tokens
+    if overflowed and sent.tokens >= overflowed:
+        return f"the request is {sent.tokens:,} tokens; a {overflowed:,}-token request already overflowed the window"
+    return None
+
+
+def check_known_floor(ctx: FlowContext) -> None:
+    """Before climbing for a request we refused to send: fail fast when even the floor breaks the limit."""
+    st = ctx.state
+    floor = floor_measure(ctx)
+    ev = ctx.evidence()
+    limit_bytes = min(x for x in (st.cap, ev.ceiling) if x is not None) if (st.cap or ev.ceiling) else None
+    overflowed = ev.smallest_overflow_tokens
+    if limit_bytes is not None and floor.bytes > limit_bytes:
+        text = f"The {st.cap_source or 'configured'} payload cap is {format_size(limit_bytes)}"
+        raise PayloadFloorError(floor_text(ctx, text, floor), base_bytes=floor.bytes, rejected_bytes=limit_bytes + 1)
+    if overflowed and floor.tokens >= overflowed:
+        text = f"A {overflowed:,}-token request overflowed the model's window"
+        raise PayloadFloorError(
+            floor_text(ctx, text, floor, tokens=True), base_bytes=floor.bytes, rejected_bytes=limit_bytes or 0
+        )
+
+
 def _body(messages: list[dict[str, Any]], tools: Any) -> bytes:
-    """The request body's messages and tools as sent (for the prefix probe and the resend guard)."""
+    """The request body's messages and tools as sent (for the prefix probe and the request digest)."""
     # Tools first: providers put the tool schemas ahead of the messages in the cached prompt prefix.
     return dumps({"tools": tools, "messages": messages}).encode("utf-8", "surrogatepass")

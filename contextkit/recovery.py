@@ -1,29 +1,35 @@
-"""Recovery after a classified failure (S5): learned cap or window, floor diagnostic, the 3-level
-ladder, the one-time payload notice. Changes only the session's own state."""
+"""Recovery after a failure the evidence says is about size (S5): learn the limit, check the floor,
+climb one rung of the 3-level ladder, add the one-time payload notice. Changes only the session's
+own state; a failure that is not about size never reaches this module."""
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 from typing import Any
 
-from contextkit.classify import Failure, FailureKind
+from contextkit.classify import Failure
 from contextkit.errors import PayloadFloorError
-from contextkit.events import CapEvent, RecoveryEvent
+from contextkit.events import RecoveryEvent
+from contextkit.evidence import Verdict, gateway_how, learned_cap, learned_window
+from contextkit.floor import floor_measure, floor_text
+from contextkit.flowctx import Flow, FlowContext, emit_history, measure
+from contextkit.learning import halve_budgets, learn_cap, learn_window
 from contextkit.messages import Message
 from contextkit.policy.budgets import aggressive_level1
 from contextkit.policy.truncate import emergency_truncate
-from contextkit.preflight import Flow, FlowContext, base_bytes, compact_if_needed, emit_history, measure
-from contextkit.sizing import MB, Measure, format_size
-from contextkit.state import PAYLOAD_NOTICE
+from contextkit.preflight import compact_if_needed
+from contextkit.sizing import Measure, format_size
+from contextkit.state import PAYLOAD_NOTICE, PAYLOAD_NOTICE_CHAT
 
-ASSUMED_CAP = 4 * MB
-_WINDOW_RE = (
-    re.compile(r"maximum context length is (\d+)"),
-    re.compile(r"> ?(\d+) maximum"),
-    re.compile(r"maximum number of tokens allowed \((\d+)\)"),
-    re.compile(r"context window of (\d+)"),
-    re.compile(r"maximum prompt length is (\d+)"),
-)
+KNOWN_LIMIT = "known_limit"  # RecoveryEvent.failure_kind of a request refused before sending
+
+
+@dataclass
+class Episode:
+    """One recovery episode: the failures of a turn until a request goes through."""
+
+    level: int = 0
+    window_learned: bool = False
 
 
 def record_recovery(
@@ -35,6 +41,8 @@ def record_recovery(
     before: Measure | None = None,
     after: Measure | None = None,
     keys: tuple[str, ...] = (),
+    kind: str = "",
+    reason: str = "",
 ) -> None:
     """Append one ``RecoveryEvent`` (S5.7): kind, level, sizes before/after, outcome."""
     st = ctx.state
@@ -42,8 +50,8 @@ def record_recovery(
         RecoveryEvent(
             session_id=st.session_id,
             turn=st.turn,
-            failure_kind=failure.kind.value if failure else "",
-            reason=failure.reason if failure else "",
+            failure_kind=failure.kind.value if failure else kind,
+            reason=failure.reason if failure else reason,
             level=level,
             attempt=level,
             outcome=outcome,
@@ -58,89 +66,58 @@ def record_recovery(
     )
 
 
-def learn_limits(ctx: FlowContext, failure: Failure, sent: Measure) -> None:
-    """S5.3: payload rejections tighten the session cap; overflows tighten the window."""
-    st = ctx.state
-    if failure.kind == FailureKind.CONTEXT_OVERFLOW:
-        window = _window_from_message(failure.provider_message or failure.reason)
-        new = window if window else int(sent.tokens * 0.75)
-        if new and new < st.context_window:
-            ctx.notify(
-                "learned_window", f"provider window is {new} tokens - budgets tightened for this session", "info"
-            )
-            st.context_window = new
-        return
+def check_floor(ctx: FlowContext, failure: Failure, sent: Measure) -> int:
+    """S5.4: fail fast when the smallest request recovery can make is as big as the rejected one;
+    returns that floor in bytes."""
     rejected = failure.rejected_bytes or sent.bytes
-    previous = st.cap
-    if rejected:
-        learned = rejected * 3 // 4
-        if previous is None or learned < previous:
-            st.cap, st.cap_source = learned, "learned"
-            ctx.notify(
-                "learned_cap",
-                f"gateway rejected a {format_size(rejected)} request - payload cap set to {format_size(learned)} for this session",
-                "warning",
-            )
-            ctx.events.append(
-                CapEvent(
-                    session_id=st.session_id,
-                    turn=st.turn,
-                    cap_bytes=learned,
-                    previous_bytes=previous,
-                    rejected_bytes=rejected,
-                    source="learned",
-                )
-            )
-    elif previous is None:
-        st.cap, st.cap_source = ASSUMED_CAP, "assumed"
-        ctx.notify("assumed_cap", "assuming a 4 MB payload cap - set Limits(max_payload=...) to adjust", "warning")
-        ctx.events.append(CapEvent(session_id=st.session_id, turn=st.turn, cap_bytes=ASSUMED_CAP, source="assumed"))
-
-
-def _window_from_message(text: str) -> int | None:
-    for pattern in _WINDOW_RE:
-        match = pattern.search(text)
-        if match:
-            return int(match.group(1))
-    return None
-
-
-def check_floor(ctx: FlowContext, failure: Failure, sent: Measure) -> None:
-    """S5.4: fail fast when the non-compactable base alone meets the rejected size."""
-    rejected = failure.rejected_bytes or sent.bytes
-    base = base_bytes(ctx)
-    # Our sizes are exact, so the base alone is always below the rejected body; the request is
-    # hopeless when the base plus the newest user message (the smallest request possible) is it.
-    minimal = base_bytes(ctx, with_last_user=True)
-    if minimal >= rejected:
+    floor = floor_measure(ctx)
+    if floor.bytes >= rejected:
         record_recovery(ctx, "floor", failure=failure, before=sent)
-        if base * 2 >= minimal:
-            text = (
-                f"The gateway rejected a {format_size(rejected)} request, but the system prompt plus tool schemas alone "
-                f"are {format_size(base)} ({format_size(minimal)} with your newest message), so no history compaction "
-                "can make the request fit. Shorten the system prompt, register fewer tools (or shorter tool "
-                "descriptions), drop skills/personas, or raise the gateway's body-size limit."
-            )
-        else:  # the user's own new message is what does not fit
-            text = (
-                f"The gateway rejected a {format_size(rejected)} request, but your newest message with the system "
-                f"prompt and tool schemas ({format_size(base)}) is {format_size(minimal)}, so no history compaction can "
-                "make the request fit. Send a shorter message (split it, or send an excerpt or a line range instead "
-                "of the whole text), or raise the gateway's body-size limit."
-            )
         raise PayloadFloorError(
-            text,
-            base_bytes=minimal,
+            floor_text(ctx, f"The gateway rejected a {format_size(rejected)} request", floor),
+            base_bytes=floor.bytes,
             rejected_bytes=rejected,
             failure=failure,
         )
-    if base >= rejected * 3 // 4:
+    base = measure(ctx, [m for m in ctx.state.history if m.role == "system"])
+    if base.bytes >= rejected * 3 // 4:
+        has_system = any(m.role == "system" for m in ctx.state.history)
+        what = " and ".join(w for w, on in (("system prompt", has_system), ("tool schemas", bool(ctx.tools))) if on)
         ctx.notify(
             "floor_warning",
-            f"system prompt and tool schemas alone are {format_size(base)} - close to the gateway's rejection size "
-            f"({format_size(rejected)}); consider fewer tools or a shorter system prompt",
+            f"{what or 'the request framing'} alone {'are' if ' and ' in what else 'is'} {format_size(base.bytes)} - "
+            f"close to the gateway's rejection size ({format_size(rejected)}); consider fewer tools or a shorter "
+            "system prompt",
             "warning",
         )
+    return floor.bytes
+
+
+def learn(ctx: FlowContext, verdict: Verdict, sent: Measure, episode: Episode) -> None:
+    """What a size failure teaches: an overflow a token window, a gateway rejection a byte cap."""
+    st = ctx.state
+    failure = verdict.failure
+    ev = ctx.evidence()
+    if verdict.about_window:
+        ev.overflowed(sent.tokens)
+        got = learned_window(
+            failure,
+            sent.tokens,
+            st.context_window,
+            assumed=st.window_source == "assumed",
+            learned_this_episode=episode.window_learned,
+        )
+        if got is not None:
+            learn_window(ctx, *got)
+            episode.window_learned = True
+        return
+    rejected = failure.rejected_bytes or sent.bytes
+    how = gateway_how(failure)
+    ev.rejected(rejected, how)
+    floor = check_floor(ctx, failure, sent)
+    new = learned_cap(rejected, floor=floor, current=st.cap)
+    if new is not None:
+        learn_cap(ctx, new, rejected=rejected, how=how)
 
 
 def apply_level(ctx: FlowContext, level: int) -> tuple[str, ...]:
@@ -149,8 +126,7 @@ def apply_level(ctx: FlowContext, level: int) -> tuple[str, ...]:
     lim = st.limits
     report: Any
     if level == 1:
-        st.turn_budget = max(1, st.turn_budget // 2)
-        st.per_result_budget = max(1, st.per_result_budget // 2)
+        halve_budgets(ctx, "recovery level 1: tool-result budgets halved for this episode")
         history, report = aggressive_level1(
             st.history,
             archive=ctx.archive,
@@ -169,30 +145,33 @@ def apply_level(ctx: FlowContext, level: int) -> tuple[str, ...]:
 
 
 def add_payload_notice(ctx: FlowContext) -> None:
-    """S5.5: once per session, just before the latest user message."""
+    """S5.5: once per session, just before the latest user message; advice about file reads only
+    when the session has tools that read."""
     st = ctx.state
     if st.has_payload_notice():
         return
-    notice = Message.user(PAYLOAD_NOTICE)
+    has_tools = any(t.get("function", {}).get("name") != "recall" for t in ctx.tools)
+    notice = Message.user(PAYLOAD_NOTICE if has_tools else PAYLOAD_NOTICE_CHAT)
     last_user = max((i for i, m in enumerate(st.history) if m.role == "user"), default=len(st.history))
     st.history = [*st.history[:last_user], notice, *st.history[last_user:]]
-    ctx.notify("payload_notice", "added a one-time notice asking the model to prefer targeted reads", "info")
+    ctx.notify("payload_notice", "added a one-time notice asking the model to keep requests small", "info")
 
 
-def recover(ctx: FlowContext, failure: Failure, sent: Measure, level: int) -> Flow:
+def recover(ctx: FlowContext, verdict: Verdict | None, sent: Measure, level: int, episode: Episode,
+            *, refusal: str = "") -> Flow:  # fmt: skip
+    """Learn from ``verdict`` (None: the request was refused before sending), climb to ``level``."""
     st = ctx.state
     before = measure(ctx, st.history)
-    ctx.notify(
-        "recovery", f"recoverable failure ({failure.reason}) - compacting and retrying (level {level})", "warning"
-    )
-    payload = failure.kind != FailureKind.CONTEXT_OVERFLOW
-    learn_limits(ctx, failure, sent)
-    if payload:
-        check_floor(ctx, failure, sent)
+    why = verdict.failure.reason if verdict else refusal
+    ctx.notify("recovery", f"recoverable failure ({why}) - compacting and retrying (level {level})", "warning")
+    if verdict is not None:
+        learn(ctx, verdict, sent, episode)
     keys = apply_level(ctx, level)
     st.stats.count_recovery(level)
     yield from compact_if_needed(ctx, trigger="recovery")
-    if payload:
+    if verdict is not None and verdict.about_bytes:
         add_payload_notice(ctx)
     after = emit_history(ctx, "recovery")
-    record_recovery(ctx, "retrying", level=level, failure=failure, before=before, after=after, keys=keys)
+    failure = verdict.failure if verdict else None
+    record_recovery(ctx, "retrying", level=level, failure=failure, before=before, after=after, keys=keys,
+                    kind=KNOWN_LIMIT, reason=refusal)  # fmt: skip

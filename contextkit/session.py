@@ -21,7 +21,7 @@ from typing import Any
 from contextkit import backend
 from contextkit.archive import Archive
 from contextkit.compactor import Compactor, WorkbenchWriter
-from contextkit.driver import EffectRunner
+from contextkit.driver import EffectRunner, cancel
 from contextkit.errors import ConfigError, InvalidMessageError, UsageError
 from contextkit.events import ArchiveEvent, EventLog, NoticeEvent
 from contextkit.flow import (
@@ -31,11 +31,12 @@ from contextkit.flow import (
     Reply,
     emit_history,
     measure,
-    summarizer_window,
     turn_flow,
 )
+from contextkit.learning import reset_limits
 from contextkit.messages import Message, from_wire
 from contextkit.persist import load_session, session_to_dict, write_atomic
+from contextkit.preflight import run_compaction
 from contextkit.settings import Limits
 from contextkit.sizing import Measure, RequestMeter
 from contextkit.state import SessionState, SessionStats
@@ -44,6 +45,18 @@ from contextkit.tools import Tool, as_tools
 
 DEFAULT_WINDOW = 128_000
 StatusSink = Callable[[str], None]
+
+
+def _extends(current: Sequence[Message], after: Sequence[Message]) -> bool:
+    """``current`` is ``after`` plus messages appended since, allowing in-place rewrites of the
+    old ones that keep their shape (microcompact, budgets: archived, so nothing is lost by
+    putting the pre-compaction originals back)."""
+    if len(current) < len(after):
+        return False
+    return all(
+        c is a or (c.role == a.role and c.tool_call_id == a.tool_call_id and len(c.tool_calls) == len(a.tool_calls))
+        for c, a in zip(current, after, strict=False)
+    )
 
 
 def stderr_status(text: str) -> None:
@@ -92,8 +105,10 @@ class Session:
         self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
-        window = self.limits.context_window or int(backend.model_info(model).get("max_input_tokens") or DEFAULT_WINDOW)
-        self._state = SessionState.create(model, self.session_id, self.limits, window)
+        known = None if self.limits.context_window else backend.model_info(model).get("max_input_tokens")
+        window = self.limits.context_window or int(known or DEFAULT_WINDOW)
+        source = "configured" if self.limits.context_window else ("model" if known else "assumed")
+        self._state = SessionState.create(model, self.session_id, self.limits, window, window_source=source)
         if system is not None:
             if not isinstance(system, str):
                 raise ConfigError("system must be a string")
@@ -113,6 +128,7 @@ class Session:
             status=self._notify_status,
             on_flush=flush,
             session_id=self.session_id,
+            turn=lambda: self._state.turn,
         )
         summary_model = self.limits.compact_model or model
         summary_kwargs = self._litellm_kwargs if summary_model == model else {}
@@ -169,10 +185,16 @@ class Session:
 
     # conversation ---------------------------------------------------------------------------------
     def send(self, text: str | Message | Sequence[Any], *, max_rounds: int = 50) -> Reply:
-        """Send a user message; run tools until the model answers; recover from rejections."""
+        """Send a user message; run tools until the model answers; recover from rejections.
+
+        A turn is a transaction: if it raises (a provider error, ``RecoveryFailedError``,
+        ``PayloadFloorError``, Ctrl-C), the history is exactly what it was before the call.
+        ``max_rounds`` is the most tool rounds the model may run in this turn.
+        """
         with self._lock, self._turn("send"):
             flow = turn_flow(self._context(), self._user_messages(text), max_rounds=max_rounds)
-            return self._runner.drive(flow)
+            with self._closing(flow):
+                return self._runner.drive(flow)
 
     async def asend(self, text: str | Message | Sequence[Any], *, max_rounds: int = 50) -> Reply:
         """Async ``send``; the same flow driven with ``acompletion`` and async tools."""
@@ -180,7 +202,8 @@ class Session:
         async with self._async_lock():
             with self._lock, self._turn("asend"):
                 flow = turn_flow(self._context(), self._user_messages(text), max_rounds=max_rounds)
-                return await self._runner.adrive(flow)
+                with self._closing(flow):
+                    return await self._runner.adrive(flow)
 
     def stream(self, text: str | Message | Sequence[Any], *, max_rounds: int = 50) -> ReplyStream:
         """Stream the reply as text deltas; recovery applies before and during the stream.
@@ -193,33 +216,57 @@ class Session:
         return ReplyStream(self, self._user_messages(text), max_rounds)
 
     def compact(self, instruction: str | None = None) -> Any:
-        """Manual compaction (trigger ``manual``), optionally guided by an instruction."""
+        """Manual compaction (trigger ``manual``), optionally guided by an instruction.
+
+        The older messages are summarized (following ``instruction``) and the recent ones kept; on a
+        short history the newest exchange is kept and everything before it summarized. Ctrl-C or task
+        cancellation leaves the history untouched (a "cancelled" compaction event says so).
+        """
         with self._lock, self._turn("compact"):
             ctx = self._context()
             current = measure(ctx, self._state.history).bytes
-            flow = self.compactor.flow(
-                self._state.history,
-                trigger="manual",
-                budget=max(1, current // 2),
-                measure=lambda h: measure(ctx, h).bytes,
-                instruction=instruction,
-                summarizer_window=summarizer_window(ctx),
-            )
-            result = self._runner.drive(flow)
+            flow = run_compaction(ctx, trigger="manual", budget=max(1, current // 2), instruction=instruction)
+            with self._closing(flow):
+                result = self._runner.drive(flow)
             if result.changed:
                 self._state.history = list(result.history)
                 emit_history(ctx, "compaction")
             return result
 
     def rewind(self) -> bool:
-        """Restore the history as it was before the last applied compaction."""
+        """Undo the last applied compaction, keeping every turn made since.
+
+        The pre-compaction history comes back with the messages added after that compaction on
+        top. When the history was rewritten since in a way that cannot be lined up with it (a
+        later recovery truncated it), nothing changes and ``UsageError`` says why - turns are
+        never silently dropped. Returns False when there is no compaction to undo.
+        """
         with self._lock, self._turn("rewind"):
-            snapshot = self.compactor.pop_undo()
-            if snapshot is None:
+            entry = self.compactor.peek_undo_entry()
+            if entry is None:
                 return False
-            self._state.history = list(snapshot)
+            before, after = entry
+            current = self._state.history
+            if after is None:  # an entry from an older compactor: only exact states can be undone
+                after = current
+            if not _extends(current, after):
+                raise UsageError(
+                    f"cannot rewind: the history was rewritten after that compaction ({len(after)} messages then, "
+                    f"{len(current)} now, and they no longer line up), so rewinding would lose turns made since. "
+                    "Start a new session from session.history, or add_messages() the parts you need."
+                )
+            self.compactor.pop_undo_entry()
+            self._state.history = [*before, *current[len(after) :]]
             emit_history(self._context(), "rewind")
             return True
+
+    def reset_limits(self) -> None:
+        """Forget what failures taught this session: the payload cap goes back to the configured one
+        (or none), the window to the configured or model value, tool-result budgets to the configured
+        ones, and the size evidence is cleared (a body once rejected may be sent again). Each change
+        is a ``LimitEvent``."""
+        with self._lock, self._turn("reset_limits"):
+            reset_limits(self._context())
 
     def add_messages(self, messages: Sequence[Any]) -> None:
         """Append existing messages (dicts or Message) to the history without a request."""
@@ -249,6 +296,19 @@ class Session:
         return session
 
     # internals ------------------------------------------------------------------------------------
+    @staticmethod
+    @contextlib.contextmanager
+    def _closing(flow: Any) -> Iterator[None]:
+        """Whatever ends the drive, the flow ends with it: an interruption the driver did not hand
+        over still rolls the turn back now, not when the garbage collector closes the generator."""
+        try:
+            yield
+        except BaseException as exc:
+            cancel(flow, exc)
+            raise
+        finally:
+            flow.close()
+
     @contextlib.contextmanager
     def _turn(self, what: str) -> Iterator[None]:
         """Refuse re-entry in the same thread (a tool calling back into its session, a second
@@ -377,19 +437,20 @@ class ReplyStream:
         with session._lock, session._turn("stream"):
             flow = turn_flow(session._context(), self._messages, stream=True, max_rounds=self._max_rounds)
             value: Any = None
-            try:
-                while True:
-                    effect = flow.send(value)
-                    if isinstance(effect, CallModel):
-                        value = session._runner.call_model(effect, queue.append)
-                        yield from queue
-                        queue.clear()
-                        if isinstance(value, ModelFailure) and value.partial:
-                            self.restarts += 1
-                    else:
-                        value = session._runner.run_one(effect)
-            except StopIteration as stop:
-                self.reply = stop.value
+            with session._closing(flow):
+                try:
+                    while True:
+                        effect = flow.send(value)
+                        if isinstance(effect, CallModel):
+                            value = session._runner.call_model(effect, queue.append)
+                            yield from queue
+                            queue.clear()
+                            if isinstance(value, ModelFailure) and value.partial:
+                                self.restarts += 1
+                        else:
+                            value = session._runner.run_one(effect)
+                except StopIteration as stop:
+                    self.reply = stop.value
 
     async def __aiter__(self) -> AsyncIterator[str]:  # pragma: no cover - thin async convenience
         for delta in self:

@@ -64,6 +64,8 @@ class Limits:
     summary_timeout: float = 600.0
     max_retries: int = 2  # transient / rate-limit retries (ours; the SDK's own are disabled)
     retry_backoff: float = 0.5
+    cap_probe_turns: int = 8  # clean turns after which a learned cap is raised a quarter (0 = never)
+    probe_configured_cap: bool = False  # also probe a configured max_payload upwards
 
     def __post_init__(self) -> None:
         if self.max_payload is not None and not isinstance(self.max_payload, int):
@@ -79,9 +81,16 @@ class Limits:
             value = getattr(self, f.name)
             if f.name in {"context_window", "max_payload", "compact_model"}:
                 continue
+            if f.name == "probe_configured_cap":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"Limits.probe_configured_cap must be True or False, got {value!r}")
+                continue
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise ConfigError(f"Limits.{f.name} must be a finite number, got {value!r}")
-            if value < 0 or (value == 0 and f.name not in {"max_retries", "retry_backoff", "max_token_escalations"}):
+            if value < 0 or (
+                value == 0
+                and f.name not in {"max_retries", "retry_backoff", "max_token_escalations", "cap_probe_turns"}
+            ):
                 raise ConfigError(f"Limits.{f.name} must be greater than zero, got {value!r}")
         if self.microcompact_summarize_turns < self.microcompact_truncate_turns:
             raise ConfigError(

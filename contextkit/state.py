@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from contextkit.evidence import EvidenceBook
 from contextkit.messages import Message
 from contextkit.settings import Limits
 
@@ -15,6 +16,13 @@ PAYLOAD_NOTICE = (
     "of whole files; (2) prefer grep with specific patterns over full-file reads; (3) if you read a large file before, "
     "recall the archived original with @recall <<ccr:KEY>> or re-read specific ranges instead of repeating the read; "
     "(4) summarize findings incrementally instead of accumulating raw tool output."
+)
+# the same notice for a chat without tools: no advice about file reads the model cannot make
+PAYLOAD_NOTICE_CHAT = (
+    PAYLOAD_NOTICE_MARKER + " A proxy/gateway rejected the previous request because of its body size. The history "
+    "was compacted to recover; what was removed is archived and can be brought back with @recall <<ccr:KEY>>. "
+    "Going forward: keep answers focused, refer back to earlier material instead of repeating it, and summarize "
+    "long material incrementally."
 )
 CONTINUATION = (
     "Your response was cut off at the token limit. Resume DIRECTLY from where you stopped - do not repeat any content."
@@ -75,9 +83,18 @@ class SessionState:
     size_warned: bool = False
     stats: SessionStats = field(default_factory=SessionStats)
     max_tokens: int | None = None
+    turns: int = 0  # user turns started (event turn numbers)
+    window_source: str = "model"  # configured | model | assumed | learned
+    base_window: int = 0  # the window before anything was learned (what reset_limits restores)
+    base_window_source: str = "model"
+    evidence: EvidenceBook = field(default_factory=EvidenceBook)
+    clean_turns: int = 0  # successful turns since the last size failure or limit change
+    window_announced: bool = False
 
     @classmethod
-    def create(cls, model: str, session_id: str, limits: Limits, context_window: int) -> SessionState:
+    def create(
+        cls, model: str, session_id: str, limits: Limits, context_window: int, *, window_source: str = "model"
+    ) -> SessionState:
         cap = limits.payload_cap
         return cls(
             model=model,
@@ -88,11 +105,22 @@ class SessionState:
             cap_source="configured" if cap else None,
             turn_budget=limits.tool_result_turn_budget,
             per_result_budget=limits.tool_result_max_chars,
+            window_source=window_source,
+            base_window=context_window,
+            base_window_source=window_source,
         )
 
     @property
     def turn(self) -> int:
-        return sum(1 for m in self.history if m.role == "assistant")
+        """The user-turn count: what every event's ``turn`` carries."""
+        return self.turns
+
+    @property
+    def budgets_halved(self) -> bool:
+        return (self.turn_budget, self.per_result_budget) != (
+            self.limits.tool_result_turn_budget,
+            self.limits.tool_result_max_chars,
+        )
 
     def has_payload_notice(self) -> bool:
         return any(PAYLOAD_NOTICE_MARKER in m.content for m in self.history)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from histories import pasted_history, read_history
+from logcheck import assert_known_limits_respected
 
 from contextkit import Limits
 from contextkit.archive import Archive
@@ -130,13 +131,11 @@ def size_rejection(record: RequestRecord) -> bool:
 
 
 def check_log(gw: GatewaySimulator) -> None:
-    """No size-rejected body re-sent unchanged; a transient failure re-sends at most max_retries times."""
-    refused: set[str] = set()
+    """Nothing at or above a size rejected as evidence of a limit (a first drop or a stray page may be
+    retried once); a transient failure re-sends at most max_retries times."""
+    assert_known_limits_respected(gw.requests)
     tries: dict[str, int] = {}
     for record in gw.requests:
-        assert record.body_sha256 not in refused, f"request {record.seq} re-sent a body refused for its size"
-        if size_rejection(record):
-            refused.add(record.body_sha256)
         tries[record.body_sha256] = tries.get(record.body_sha256, 0) + 1
     assert max(tries.values()) <= MAX_RETRIES + 1
 
@@ -198,6 +197,7 @@ def test_fault_cell(gw: GatewaySimulator, mode: Mode, loop: str, cap: str) -> No
         gw.fail_next(mode.fault, mode.times)
     text = '[[tool:read_file {"path": "src/extra.py"}]] check one more file' if loop == "tools" else "Summarize."
     originals = [m["content"] for m in history if m.get("content")] + [text]
+    before_turn = session.history
 
     if mode.expect in ("recover", "retry", "escalate", "summary"):
         answer = drive(loop, session, text)
@@ -234,6 +234,9 @@ def test_fault_cell(gw: GatewaySimulator, mode: Mode, loop: str, cap: str) -> No
             assert len(gw.requests) == 1  # never retried, never "recovered"
         assert not session.stats.recoveries_by_level
         after = session.history
+        assert after == before_turn  # a failed turn leaves no trace in the history
+        originals.remove(text)
+        tool_outputs.clear()
         RESULTS[(mode.name, loop, cap)] = type(err).__name__
     check_log(gw)
     nothing_lost(session, after, originals + tool_outputs)
@@ -288,7 +291,9 @@ def test_length_escalation_then_payload_recovery_folds_the_parts(gw: GatewaySimu
     history = small_reads()
     session.add_messages(history)
     gw.fail_next("length")  # the answer is cut after 5 tokens ...
-    gw.fail_next("413")  # ... and the continuation request is refused by the gateway
+    # ... and the continuation request is refused by the gateway, twice: once would be a stray page
+    # (microcompact made it smaller than the accepted first request), twice is evidence
+    gw.fail_next("413", times=2)
     reply = session.send("[[long:300]] write the report")
     assert reply.finish_reason == "stop" and session.stats.escalations == 1 and session.stats.recoveries_by_level
     assert reply.text.startswith(long_text(300)[:15])

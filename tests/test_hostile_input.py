@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from logcheck import assert_known_limits_respected
 
 from contextkit import Limits, Message, ToolCall
 from contextkit.archive import Archive
@@ -234,13 +235,27 @@ def test_single_tool_result_bigger_than_the_cap_is_archived_and_recovered(gw: Ga
     assert big in expand_markers("\n".join(m.content for m in session.history), session.archive)
 
 
-def test_newest_user_message_bigger_than_the_cap_fails_fast_naming_the_message(gw: GatewaySimulator) -> None:
+def test_newest_user_message_bigger_than_the_cap_is_sent_as_an_excerpt(gw: GatewaySimulator) -> None:
     session = session_for(gw, {"max_body": "64KB", "reject_with": "413"})
+    paste = "x" * 200_000
+    reply = session.send(paste)
+    assert reply.text and len(gw.requests) == 2  # one rejection teaches the cap; the excerpt goes through
+    assert_known_limits_respected(gw.requests)
+    assert paste in expand_markers("\n".join(m.content for m in session.history), session.archive)
+    assert any(e.code == "message_excerpted" for e in session.events.of_type(NoticeEvent))
+
+
+def test_newest_user_message_that_cannot_fit_even_as_an_excerpt_names_the_message(gw: GatewaySimulator) -> None:
+    session = session_for(gw, {"max_body": "64KB", "reject_with": "413"}, system="rules " * 10_900)
     with pytest.raises(PayloadFloorError) as info:
         session.send("x" * 200_000)
-    assert len(gw.requests) == 1  # exactly one rejected request, no identical retries
+    # the whole message is refused, then ever smaller excerpts down to the smallest: then nothing smaller exists
+    sizes = [r.bytes for r in gw.requests]
+    assert 2 <= len(sizes) <= 3 and sizes == sorted(sizes, reverse=True) and not any(r.accepted for r in gw.requests)
+    assert_known_limits_respected(gw.requests)
     text = str(info.value)
-    assert "newest message" in text and "shorter message" in text and "KB" in text
+    assert "newest message is 195.3 KB" in text and "shorter message" in text and "system prompt is 63." in text
+    assert session.history[-1].role == "system"  # the failed turn left no trace
 
 
 @pytest.mark.parametrize("configured", [False, True])
@@ -249,7 +264,8 @@ def test_system_prompt_bigger_than_the_cap(gw: GatewaySimulator, configured: boo
     session = session_for(gw, {"max_body": "64KB", "reject_with": "waf403"}, system="policy " * 12_000, limits=limits)
     with pytest.raises(PayloadFloorError) as info:
         session.send("hi")
-    assert len(gw.requests) == 1 and not gw.requests[0].accepted
+    # a configured cap is a hard limit: the request is not even sent
+    assert len(gw.requests) == (0 if configured else 1) and not any(r.accepted for r in gw.requests)
     assert "system prompt" in str(info.value) and info.value.base_bytes >= info.value.rejected_bytes
 
 

@@ -143,6 +143,16 @@ def checked_base(raw: list[Message], sink: MemorySink) -> list[Message]:
     return base
 
 
+def newest_user(h: Sequence[Message]) -> Message | None:
+    return next((m for m in reversed(h) if m.role == "user"), None)
+
+
+def task_bytes(h: Sequence[Message]) -> int:
+    """Bytes of the newest user message, which truncation and shrink never cut (the task survives)."""
+    task = newest_user(h)
+    return 0 if task is None or task.preserve_verbatim else message_bytes(task) + 1
+
+
 def check_phase(base: list[Message], out: list[Message], sink: MemorySink) -> None:
     assert find_orphans(out) == ([], [])
     assert systems(out) == systems(base)
@@ -197,13 +207,16 @@ def test_truncate_then_shrink_fits_budget(raw: list[Message], keep: int, nuclear
     assert not truncated or truncated[0].role == "system"
     first = next((m for m in truncated if m.role != "system"), None)
     assert first is None or first.role == "user" or first.preserve_verbatim
-    floor = measure([m for m in truncated if m.role == "system"])
+    if newest_user(base) is not None:
+        assert newest_user(truncated) == newest_user(base)  # the task survives truncation
+    floor = measure([m for m in truncated if m.role == "system"]) + task_bytes(truncated)
     budget = int((floor + 300 * (len(truncated) + 1)) * 4 / 3) + slack
     capped, _ = cap_verbatim(truncated, budget=budget, measure=measure, archive=sink)
     check_phase(base, capped, sink)
     out, report = shrink_to_budget(capped, budget=budget, measure=measure, archive=sink)
     check_phase(base, out, sink)
     assert measure(out) <= budget and report.within_budget
+    assert newest_user(out) == newest_user(capped)  # ... and shrinking
 
 
 @settings(PROFILE, max_examples=300)
@@ -218,7 +231,7 @@ def test_all_phases_chained(raw: list[Message], keep: int, slack: int) -> None:
     h, _ = enforce_tool_result_budgets(h, archive=sink, turn_budget=10_000, per_result=4_000)
     h, _ = aggressive_level1(h, archive=sink, turn_budget=5_000, per_result=2_000)
     h, _ = emergency_truncate(h, keep=keep, archive=sink, per_message_cap=4000)
-    budget = int((measure([m for m in h if m.role == "system"]) + 300 * (len(h) + 1)) * 4 / 3) + slack
+    budget = int((measure([m for m in h if m.role == "system"]) + task_bytes(h) + 300 * (len(h) + 1)) * 4 / 3) + slack
     h, _ = cap_verbatim(h, budget=budget, measure=measure, archive=sink)
     h, _ = shrink_to_budget(h, budget=budget, measure=measure, archive=sink)
     check_phase(base, h, sink)
@@ -233,6 +246,7 @@ def test_shrink_alone_fits_budget(raw: list[Message], slack: int) -> None:
     base = checked_base(raw, sink)
     verbatim = sum(message_bytes(m) + 1 for m in base if m.preserve_verbatim and m.role != "system")
     budget = measure([m for m in base if m.role == "system"]) + 300 * (len(base) + 1) + verbatim + slack
+    budget += task_bytes(base)
     out, report = shrink_to_budget(base, budget=budget, measure=measure, archive=sink)
     check_phase(base, out, sink)
     assert measure(out) <= budget and report.within_budget

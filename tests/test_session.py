@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 from histories import pasted_history, read_history
+from logcheck import assert_known_limits_respected
 
 from contextkit import Limits, Message, ToolCall
 from contextkit.archive import Archive
 from contextkit.errors import AuthenticationFailed, PayloadFloorError
-from contextkit.events import RecoveryEvent, RequestEvent
+from contextkit.events import LimitEvent, RecoveryEvent, RequestEvent
 from contextkit.policy.expand import expand_markers
 from contextkit.session import Session
 from contextkit.sim import GatewaySimulator, Workspace, long_text
@@ -41,11 +42,11 @@ def assert_nothing_lost(session: Session, contents: list[str]) -> None:
 
 
 def assert_no_rejected_body_resent(gw: GatewaySimulator) -> None:
-    seen_rejected: set[str] = set()
-    for record in gw.requests:
-        assert record.body_sha256 not in seen_rejected, f"request {record.seq} re-sent a body the gateway had rejected"
-        if not record.accepted:
-            seen_rejected.add(record.body_sha256)
+    """No body at or above a size rejected as evidence of a limit; an overflowed body never again."""
+    assert_known_limits_respected(gw.requests)
+    overflowed = {r.body_sha256 for r in gw.requests if r.reason.startswith("context ")}
+    resent = [r.seq for r in gw.requests if r.body_sha256 in overflowed and r.accepted]
+    assert not resent, f"requests {resent} re-sent a body the provider had refused as too long"
 
 
 # scenarios ----------------------------------------------------------------------------------------
@@ -239,7 +240,9 @@ def test_two_sessions_keep_their_own_caps_and_budgets() -> None:
     assert a.cap_source == "learned" and a.payload_cap is not None
     assert b.payload_cap is None or b.payload_cap != a.payload_cap
     assert a.stats.failures_by_kind and a.stats.failures_by_kind != b.stats.failures_by_kind
-    assert a._state.per_result_budget != b._state.per_result_budget  # level 1 halved a's budget only
+    halved = [e for e in a.events if isinstance(e, LimitEvent) and e.limit == "per_result_budget"]
+    assert [(e.source, e.value) for e in halved] == [("episode", 10_000), ("restored", 20_000)]  # a's episode only
+    assert not [e for e in b.events if isinstance(e, LimitEvent) and e.limit == "per_result_budget"]
     assert a.limits.tool_result_max_chars == b.limits.tool_result_max_chars == 20_000  # limits never mutated
     assert dict(os.environ) == env_before
 

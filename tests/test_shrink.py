@@ -24,10 +24,11 @@ def test_shrink_vector_largest_first():
         Message.user("analyze the incidents"),
         Message.assistant("a" * 30_000),
         Message.user("t" * 80_000),
+        Message.user("and what now?"),
     ]
     snapshot = list(h)
     out, r = shrink_to_budget(h, budget=50_000, measure=chars, archive=sink)
-    assert chars(out) <= 50_000 and len(out) == 4
+    assert chars(out) <= 50_000 and len(out) == 5
     assert out[0] == h[0] and out[1].content == "analyze the incidents" and out[2].content == "a" * 30_000
     assert h == snapshot  # caller's list untouched
     assert sink.get(extract_keys(out[3].content)[0]) == "t" * 80_000
@@ -36,7 +37,7 @@ def test_shrink_vector_largest_first():
 
 def test_system_never_touched_even_when_over():
     sink = MemorySink()
-    h = [Message.system("s" * 100_000), Message.user("u" * 50_000)]
+    h = [Message.system("s" * 100_000), Message.assistant("u" * 50_000)]
     out, r = shrink_to_budget(h, budget=60_000, measure=chars, archive=sink)
     assert out[0].content == "s" * 100_000 and len(out[1].content) < 50_000
     assert not r.within_budget and "still over" in r.describe()
@@ -52,7 +53,7 @@ def test_within_budget_unchanged():
 def test_one_marker_survives_repeated_shrinking():
     sink = MemorySink()
     original = "critical tool output line\n" * 3000
-    h = [Message.system("charter"), Message.user(original)]
+    h = [Message.system("charter"), Message.assistant(original)]
     out, _ = shrink_to_budget(h, budget=5000, measure=chars, archive=sink)
     assert chars(out) <= 5000
     (key,) = extract_keys(out[1].content)
@@ -70,7 +71,7 @@ def test_skips_verbatim():
 
 def test_request_bytes_budget_with_multibyte_text():
     sink = MemorySink()
-    h = [Message.system("rules"), Message.user("é€𝄞 ünïcödé\n" * 5000), Message.assistant('quote "x"\n' * 3000)]
+    h = [Message.system("rules"), Message.user("é€𝄞 ünïcödé\n" * 5000), Message.assistant('quote "x"\n' * 3000), Message.user("ok?")]
     budget = 20_000
     out, r = shrink_to_budget(h, budget=budget, measure=lambda x: request_bytes(x), archive=sink)
     assert request_bytes(out) <= budget and r.within_budget
@@ -80,7 +81,7 @@ def test_request_bytes_budget_with_multibyte_text():
 
 def test_pointer_stage_when_floors_do_not_fit():
     sink = MemorySink()
-    h = [Message.system("s")] + [Message.user(f"{i}" * 2000) for i in range(10)]
+    h = [Message.system("s")] + [Message.user(f"{i}" * 2000) for i in range(10)] + [Message.user("?")]
     out, r = shrink_to_budget(h, budget=1500, measure=chars, archive=sink)
     assert chars(out) <= 1500 and r.stubbed > 0
     assert all(m.content in expand_markers("".join(x.content for x in out), sink) for m in h)
@@ -127,7 +128,32 @@ def test_with_real_archive():
 def test_foreign_recall_suffix_is_not_trusted_as_derived():
     sink = MemorySink()
     pasted = "important new text\n" * 300 + "\n[full content recoverable via @recall <<ccr:0123456789abcdef>>]"
-    h = [Message.system("s"), Message.user(pasted)]
+    h = [Message.system("s"), Message.user(pasted), Message.user("thoughts?")]
     out, r = shrink_to_budget(h, budget=1000, measure=chars, archive=sink)
     assert r.archived_keys and sink.get(r.archived_keys[0]) == pasted
     assert pasted in expand_markers(out[1].content, sink)
+
+
+def test_the_task_survives_shrinking():
+    """The newest user message is never cut by shrink (the oversize rule owns it, with a notice), and
+    the tool chain since it is cut only after the older messages."""
+    from contextkit.messages import ToolCall
+
+    sink = MemorySink()
+    task = "please fix every bug listed below\n" + "bug report line\n" * 3000
+    h = [
+        Message.system("s"),
+        Message.user("o" * 20_000),
+        Message.assistant("p" * 20_000),
+        Message.user(task),
+        Message.assistant("", [ToolCall("c1", "read_file", "{}")]),
+        Message.tool("c1", "r" * 20_000),
+    ]
+    out, r = shrink_to_budget(h, budget=len(task) + 25_000, measure=chars, archive=sink)
+    assert out[3].content == task and r.within_budget
+    assert out[5].content == "r" * 20_000  # cutting the older messages was enough
+    assert len(out[1].content) < 20_000 and len(out[2].content) < 20_000
+    out2, r2 = shrink_to_budget(h, budget=len(task) + 3_000, measure=chars, archive=sink)
+    assert out2[3].content == task and len(out2[5].content) < 20_000 and r2.within_budget
+    out3, r3 = shrink_to_budget(h, budget=len(task) // 2, measure=chars, archive=sink)
+    assert out3[3].content == task and not r3.within_budget  # over budget rather than losing the task

@@ -110,10 +110,21 @@ def test_plan_none_when_too_few_or_nothing_old() -> None:
 def test_plan_cut_never_separates_a_result_from_its_call() -> None:
     h = [*fixture(0), Message.assistant("", [ToolCall("c1", "read_file"), ToolCall("c2", "grep")])]
     h += [Message.tool("c1", "file body"), Message.tool("c2", "grep hits"), Message.assistant("done")]
-    plan = s2.plan_segment(h, min_keep_recent=2)  # cut would land on the second tool result
+    h += [Message.user("and next?")]
+    plan = s2.plan_segment(h, min_keep_recent=3)  # cut would land on the second tool result
     assert plan is not None
     assert plan.tail[0].tool_calls and plan.tail[0].role == "assistant"
     assert all(m.role != "tool" for m in plan.segment)
+
+
+def test_plan_never_summarizes_the_task() -> None:
+    """The newest user message and its tool chain stay out of the segment, however long the chain."""
+    h = fixture(0) + [Message.user("fix io.py")]
+    for i in range(6):
+        h += [Message.assistant("", [ToolCall(f"c{i}", "read_file")]), Message.tool(f"c{i}", "body " * 40)]
+    plan = s2.plan_segment(h, min_keep_recent=2)
+    assert plan is not None and plan.tail[0].content == "fix io.py" and len(plan.tail) == 13
+    assert all(m.content != "fix io.py" for m in plan.segment)
 
 
 def test_plan_keeps_verbatim_out_of_the_segment() -> None:

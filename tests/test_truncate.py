@@ -17,13 +17,34 @@ def test_nuclear_caps_kept_message_content():
         Message.user("question"),
         Message.assistant("x" * 50_000),
         Message.user("y" * 50_000),
+        Message.assistant("z" * 50_000),
     ]
-    out, r = emergency_truncate(h, keep=4, archive=sink, per_message_cap=4000)
-    assert len(out) == 4 and out[0].content == "s" * 90_000
+    out, r = emergency_truncate(h, keep=5, archive=sink, per_message_cap=4000)
+    assert len(out) == 5 and out[0].content == "s" * 90_000
     assert out[1].content == "question"
-    assert all(len(m.content) <= 4000 for m in out[1:])  # source: <= 4100 (3971); ours includes the marker
+    assert out[3].content == "y" * 50_000  # the newest user message is the task: only the oversize rule cuts it
+    capped = [out[2], out[4]]
+    assert all(len(m.content) <= 4000 for m in capped)  # source: <= 4100 (3971); ours includes the marker
     assert r.capped == 2 and r.dropped == 0
-    assert sink.get(extract_keys(out[3].content)[0]) == "y" * 50_000
+    assert sink.get(extract_keys(out[4].content)[0]) == "z" * 50_000
+
+
+def test_truncation_never_cuts_past_the_newest_user_message():
+    """keep=4 on an agent chain of 9 messages since the user's request: the request and its whole
+    call/result chain survive (the old snap walked past every user message and kept nothing)."""
+    sink = MemorySink()
+    chain: list[Message] = []
+    for i in range(4):
+        call = ToolCall(f"c{i}", "read_file", "{}")
+        chain += [Message.assistant("", [call]), Message.tool(f"c{i}", f"result {i} " * 200)]
+    h = [Message.system("s"), Message.user("old question"), Message.assistant("old answer"),
+         Message.user("fix the bug in io.py"), *chain, Message.assistant("done")]  # fmt: skip
+    out, r = emergency_truncate(h, keep=4, archive=sink, per_message_cap=500)
+    assert out[0].role == "system" and r.dropped == 2
+    assert out[2].content == "fix the bug in io.py"
+    assert [m.role for m in out[3:]] == [m.role for m in [*chain, h[-1]]]
+    assert find_orphans(out) == ([], [])
+    assert "old question" in expand_markers(out[1].content, sink)
 
 
 def verbatim_fixture() -> list[Message]:
@@ -74,10 +95,17 @@ def test_head_snapped_to_user_and_pairing_valid():
 
 def test_no_user_survives_uses_recovery_notice_with_marker():
     sink = MemorySink()
-    h = [Message.user("start"), Message.assistant("a1"), Message.assistant("a2")]
+    h = [Message.assistant("a0"), Message.assistant("a1"), Message.assistant("a2")]  # no user message at all
     out, _r = emergency_truncate(h, keep=2, archive=sink)
     assert len(out) == 1 and out[0].content.startswith(RECOVERY_NOTICE)
-    assert "start" in expand_markers(out[0].content, sink)
+    assert "a0" in expand_markers(out[0].content, sink)
+
+
+def test_the_user_request_survives_a_tail_of_assistant_messages():
+    sink = MemorySink()
+    h = [Message.user("start"), Message.assistant("a1"), Message.assistant("a2")]
+    out, r = emergency_truncate(h, keep=2, archive=sink)
+    assert out == h and not r.changed  # the old snap walked past "start" and kept nothing
 
 
 def test_mid_history_system_moved_front_and_short_history_unchanged():

@@ -5,7 +5,9 @@ short history of huge tool results): largest non-system, non-verbatim message fi
 archived before its first cut, every cut taken from the original (no nested banners), the recall
 marker at the end. Beyond the source: when the 400-char floors alone still do not fit, a second
 stage replaces messages largest-first by a one-line pointer stub, so the result fits whenever the
-system messages (plus a pointer per message) do.
+system messages (plus a pointer per message) do. The task survives: the newest user message is never
+cut here (``policy.oversize`` owns that case), and the tool call/result chain since it is cut only
+after every older message has been cut as far as it goes.
 
 ``cap_verbatim`` keeps preserve_verbatim messages to a quarter of the budget: beyond that the
 oldest are stubbed with their marker and lose the flag, so compaction always converges.
@@ -88,20 +90,23 @@ def shrink_to_budget(
             new_keys.extend(got[1])
         return cited[i]
 
+    newest = max((i for i, m in enumerate(history) if m.role == "user"), default=-1)
+
     def shrinkable(i: int, m: Message) -> bool:
-        return m.role != "system" and not m.preserve_verbatim and i not in exhausted
+        return m.role != "system" and not m.preserve_verbatim and i not in exhausted and i != newest
 
     for stage in (1, 2):
         exhausted.clear()
         while total > budget:
             pool = [
-                (len(m.content), i)
+                (i > newest, len(m.content), i)  # older messages first, then the current chain
                 for i, m in enumerate(out)
                 if shrinkable(i, m) and (len(m.content) > floor_chars if stage == 1 else i not in stubbed)
             ]
             if not pool:
                 break
-            _, i = max(pool)
+            older = [p for p in pool if not p[0]]
+            _, _, i = max(older or pool)
             m = out[i]
             keys = cite(i)
             if keys is None:

@@ -4,7 +4,8 @@ Pure (no IO, no clock): the compactor does the network call between ``summary_pr
 ``apply_summary`` and archives the segment (SPEC S4.4-S4.6, research §4.10.3).
 
 * ``plan_segment`` splits a history into leading systems | middle (compactable + verbatim) | recent tail,
-  the tail cut snapped so no tool result is separated from its call.
+  the tail cut snapped so no tool result is separated from its call, and never after the newest user
+  message (the task and its tool chain stay whole).
 * ``summarizer_input`` renders the compactable middle for the summarizer, budgeted against its window.
 * ``summary_prompt`` asks for facts only, in fixed sections.
 * ``passes_gate`` rejects empty, error, refusal and too-short answers.
@@ -93,20 +94,26 @@ class SegmentPlan:
         return len(self.segment)
 
 
-def plan_segment(history: Sequence[Message], *, min_keep_recent: int) -> SegmentPlan | None:
-    """The Level 2 plan, or None when there is nothing worth a summarizer call (< 4 compactable)."""
+def plan_segment(
+    history: Sequence[Message], *, min_keep_recent: int, min_compactable: int = MIN_COMPACTABLE
+) -> SegmentPlan | None:
+    """The Level 2 plan, or None when there is nothing worth a summarizer call (< ``min_compactable``)."""
     system_end = 0
     while system_end < len(history) and history[system_end].role == "system":
         system_end += 1
     cut = max(len(history) - max(min_keep_recent, 0), system_end)
     recent_start = snap_cut(history, cut, system_end) if cut < len(history) else cut
+    # the task survives: the newest user message and the tool chain since it are never summarized away
+    newest = next((i for i in range(len(history) - 1, system_end - 1, -1) if history[i].role == "user"), None)
+    if newest is not None:
+        recent_start = min(recent_start, newest)
     if recent_start <= system_end:
         return None
     middle = history[system_end:recent_start]
     # a system message in the middle is an instruction, not conversation: keep it like a verbatim one
     verbatim = tuple(m for m in middle if m.preserve_verbatim or m.role == "system")
     segment = tuple(m for m in middle if not (m.preserve_verbatim or m.role == "system"))
-    if len(segment) < MIN_COMPACTABLE:
+    if len(segment) < max(1, min_compactable):
         return None
     return SegmentPlan(
         system_end=system_end,

@@ -3,9 +3,12 @@
 Keeps every system message (moved to the front), the last ``keep`` non-system messages (snapped so
 the kept tail starts with a user message, which also keeps tool results with their calls) and every
 preserve_verbatim message (re-attached after the notice, downgraded to a user message when it was a
-tool result whose call is gone). The dropped messages are archived as one transcript before anything
-is removed; the notice cites it. ``per_message_cap`` (nuclear: 4000) then cuts long non-system,
-non-verbatim messages end-preserving, each original archived first.
+tool result whose call is gone). The task always survives: the kept tail never starts after the
+newest user message, so that message and the tool call/result chain since it are kept whatever
+``keep`` says. The dropped messages are archived as one transcript before anything is removed; the
+notice cites it. ``per_message_cap`` (nuclear: 4000) then cuts long non-system, non-verbatim messages
+end-preserving, each original archived first - except the newest user message, which only the
+oversize rule (``policy.oversize``) may shorten.
 """
 
 from __future__ import annotations
@@ -65,9 +68,12 @@ def emergency_truncate(
 ) -> tuple[list[Message], TruncateReport]:
     systems = [m for m in history if m.role == "system"]
     rest = [m for m in history if m.role != "system"]
+    newest = max((i for i, m in enumerate(rest) if m.role == "user"), default=None)
     start = max(0, len(rest) - max(0, keep))
     while start < len(rest) and rest[start].role != "user":
         start += 1
+    if newest is not None:
+        start = min(start, newest)  # the task survives: never cut past the newest user message
     dropped, kept = rest[:start], rest[start:]
     removed = [m for m in dropped if not m.preserve_verbatim]
     verbatim = [m for m in dropped if m.preserve_verbatim]
@@ -90,8 +96,9 @@ def emergency_truncate(
     keys.extend(pairing.archived_keys)
     capped = 0
     if per_message_cap is not None:
+        task = rest[newest] if newest is not None else None
         for i, m in enumerate(out):
-            if m.role == "system" or m.preserve_verbatim:
+            if m.role == "system" or m.preserve_verbatim or m is task:
                 continue
             done = cap_end_preserving(m, per_message_cap, archive)
             if done is not None:

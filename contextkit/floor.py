@@ -1,0 +1,96 @@
+"""The floor: the smallest request a session can still send, and the error when even that is too big.
+
+The floor is computed with the very policies recovery uses - the newest user message as its
+smallest excerpt (``policy.oversize``), Level-3 nuclear truncation, then content shrink down to
+pointers - run against a dry archive that stores nothing. So the diagnostic agrees with what
+truncation can actually keep: when the floor fits a limit, compaction can get under it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from contextkit.flowctx import FlowContext, measure
+from contextkit.markers import ArchiveSink, has_marker, key_for
+from contextkit.messages import Message
+from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, newest_user_index, original_of
+from contextkit.policy.shrink import shrink_to_budget
+from contextkit.policy.truncate import emergency_truncate
+from contextkit.sizing import Measure, format_size, request_bytes
+
+
+class DrySink:
+    """An ``ArchiveSink`` that writes nothing: keys as the real archive would give them; reads fall
+    back to the real archive so derived stubs are recognised as such."""
+
+    def __init__(self, real: ArchiveSink) -> None:
+        self.real = real
+        self.entries: dict[str, str] = {}
+
+    def put(
+        self,
+        content: str,
+        *,
+        kind: str = "message",
+        origin: str | dict[str, object] | None = None,
+        allow_markers: bool = False,
+    ) -> str | None:
+        if has_marker(content) and not allow_markers:
+            return None
+        key = key_for(content)
+        self.entries.setdefault(key, content)
+        return key
+
+    def get(self, key: str) -> str | None:
+        return self.entries.get(key) or self.real.get(key)
+
+
+def minimal_history(ctx: FlowContext, history: Sequence[Message]) -> list[Message]:
+    """What recovery can reduce ``history`` to at most (nothing is archived)."""
+    dry = DrySink(ctx.archive)
+    lim = ctx.state.limits
+    out = list(history)
+    i = newest_user_index(out)
+    if i is not None:
+        original = original_of(out[i], ctx.archive)
+        got = excerpt_message(original, max_chars=EXCERPT_MIN_CHARS, archive=dry, too_big_for="the 999.9 KB payload cap")
+        if got is not None and len(got[0].content) < len(out[i].content):
+            out[i] = got[0]
+    out, _ = emergency_truncate(
+        out, keep=lim.nuclear_keep_messages, archive=dry, per_message_cap=lim.nuclear_message_cap
+    )
+    out, _ = shrink_to_budget(out, budget=1, measure=lambda h: measure(ctx, h).bytes, archive=dry)
+    return out
+
+
+def floor_measure(ctx: FlowContext) -> Measure:
+    return measure(ctx, minimal_history(ctx, ctx.state.history))
+
+
+def floor_text(ctx: FlowContext, limit_text: str, floor: Measure, *, tokens: bool = False) -> str:
+    """An actionable floor message naming the real sizes (and no system prompt when there is none)."""
+    st = ctx.state
+    model = st.model
+    empty = request_bytes([], model=model)
+    systems = [m for m in st.history if m.role == "system"]
+    system = request_bytes(systems, model=model) - empty if systems else 0
+    schemas = request_bytes([], tools=ctx.tools, model=model) - empty if ctx.tools else 0
+    i = newest_user_index(st.history)
+    newest = original_of(st.history[i], ctx.archive) if i is not None else None
+    parts, fixes = [], []
+    if system:
+        parts.append(f"the system prompt is {format_size(system)}")
+        fixes.append("shorten the system prompt (or drop skills/personas)")
+    if schemas:
+        parts.append(f"the tool schemas are {format_size(schemas)}")
+        fixes.append("register fewer tools or shorter tool descriptions")
+    if newest is not None:
+        size = format_size(len(newest.content.encode("utf-8", "surrogatepass")))
+        parts.append(f"your newest message is {size} (it is sent as an excerpt when it does not fit)")
+        fixes.append("send a shorter message")
+    fixes.append("raise the provider's limit" if tokens else "raise the gateway's body-size limit")
+    smallest = f"{floor.tokens:,} tokens" if tokens else format_size(floor.bytes)
+    return (
+        f"{limit_text}, but the smallest request this session can send is {smallest} ({'; '.join(parts) or 'framing'}"
+        f"), so no history compaction can make it fit. To fix: {'; '.join(fixes)}."
+    )

@@ -1,0 +1,57 @@
+"""Checks over the simulator's request log: what an endpoint rejected for its size is never sent again.
+
+A rejection of S bytes is *binding* (evidence of a size limit) when nothing the endpoint accepted
+earlier was at least S bytes: a 413 / WAF page / the gateway's own cap, or a connection dropped
+twice for the same body after a smaller request succeeded (or above 500 KB). A single stray
+rejection of a body smaller than one already accepted, and a first drop, are not evidence - the
+session may retry them. After a binding rejection, no request to that simulator may be >= S.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from contextkit.sim.config import RequestRecord
+
+GATEWAY_FAULTS = ("fault:413", "fault:413-html", "fault:waf403", "fault:bedrock403")
+LIKELY_PAYLOAD_MIN_BYTES = 500_000
+
+
+def is_gateway_rejection(record: RequestRecord) -> bool:
+    """Refused by the gateway for its size (or a one-shot gateway fault): not an overflow, not a 5xx."""
+    return not record.accepted and (record.reason.startswith("body ") or record.reason in GATEWAY_FAULTS)
+
+
+def is_drop(record: RequestRecord) -> bool:
+    return not record.accepted and record.status == 0 and record.reason != "fault:timeout"
+
+
+def binding_rejections(records: Sequence[RequestRecord]) -> list[tuple[int, int]]:
+    """``(seq, bytes)`` of every rejection that is evidence of a size limit."""
+    largest_accepted = 0
+    drops: dict[str, int] = {}
+    out: list[tuple[int, int]] = []
+    for r in sorted(records, key=lambda r: r.seq):
+        if r.accepted or r.status == 200:  # through the gateway (a cut or dropped stream included)
+            largest_accepted = max(largest_accepted, r.bytes)
+            drops.clear()
+            continue
+        if is_drop(r):
+            drops[r.body_sha256] = drops.get(r.body_sha256, 0) + 1
+            repeated = drops[r.body_sha256] >= 2
+            if repeated and largest_accepted < r.bytes and (largest_accepted or r.bytes > LIKELY_PAYLOAD_MIN_BYTES):
+                out.append((r.seq, r.bytes))
+        elif is_gateway_rejection(r) and largest_accepted < r.bytes:
+            out.append((r.seq, r.bytes))
+    return out
+
+
+def assert_known_limits_respected(records: Sequence[RequestRecord]) -> None:
+    """(a) no request was >= a size the endpoint had already rejected as evidence of a limit."""
+    ordered = sorted(records, key=lambda r: r.seq)
+    for seq, size in binding_rejections(ordered):
+        later = [r for r in ordered if r.seq > seq and r.bytes >= size]
+        assert not later, (
+            f"request {later[0].seq} ({later[0].bytes} bytes, {later[0].kind}) was sent after request {seq} "
+            f"of {size} bytes had been rejected for its size"
+        )
