@@ -10,7 +10,8 @@ outcome here and asks ``judge`` what a classified failure means before it change
 * **recover** - a failure about size, consistent with the evidence: a context overflow (teaches a
   token window, never a byte cap), a gateway rejection of a body no larger one contradicts, a
   request dropped again after smaller requests to the endpoint succeeded (or above 500 KB, the
-  classifier's hint). The flow learns the limit, compacts and resends.
+  classifier's hint), any drop above the largest accepted body once the endpoint has shown that
+  it drops bodies for their size. The flow learns the limit, compacts and resends.
 * **fail** - anything else (schema 400, unknown parameter, auth, output budget): nothing learned,
   nothing rewritten.
 
@@ -138,7 +139,8 @@ def is_connection_drop(failure: Failure) -> bool:
         return flagged
     if failure.kind == FailureKind.LIKELY_PAYLOAD:
         return True
-    return failure.kind == FailureKind.TRANSIENT and failure.status is None and failure.reason.startswith("network")
+    # litellm reports a dropped connection as an InternalServerError (status 500): read the reason
+    return failure.kind == FailureKind.TRANSIENT and failure.reason.startswith("network error")
 
 
 def gateway_how(failure: Failure) -> str:
@@ -173,6 +175,12 @@ def _judge_drop(ev: EndpointEvidence, failure: Failure, sent_bytes: int, seen: i
     size = format_size(sent_bytes)
     if ev.largest_accepted >= sent_bytes:
         why = f"connection dropped on a {size} request; {format_size(ev.largest_accepted)} went through before"
+    elif ev.rejected_how == "connection dropped":  # this endpoint already showed it drops bodies for size
+        why = (
+            f"connection dropped on a {size} request; this endpoint dropped {format_size(ev.smallest_rejected or 0)} "
+            f"before and accepted at most {format_size(ev.largest_accepted)} - treating it as a body-size limit"
+        )
+        return Verdict(Lesson.RECOVER, replace(failure, kind=FailureKind.LIKELY_PAYLOAD, reason=why), why)
     elif seen == 0:
         why = f"connection dropped on a {size} request - retrying it once before suspecting its size"
     elif ev.largest_accepted or failure.kind == FailureKind.LIKELY_PAYLOAD:

@@ -53,7 +53,9 @@ def minimal_history(ctx: FlowContext, history: Sequence[Message]) -> list[Messag
     i = newest_user_index(out)
     if i is not None:
         original = original_of(out[i], ctx.archive)
-        got = excerpt_message(original, max_chars=EXCERPT_MIN_CHARS, archive=dry, too_big_for="the 999.9 KB payload cap")
+        got = excerpt_message(
+            original, max_chars=EXCERPT_MIN_CHARS, archive=dry, too_big_for="the 999.9 KB payload cap"
+        )
         if got is not None and len(got[0].content) < len(out[i].content):
             out[i] = got[0]
     out, _ = emergency_truncate(

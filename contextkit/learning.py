@@ -69,7 +69,8 @@ def learn_cap(ctx: FlowContext, new: int, *, rejected: int, how: str) -> None:
     set_cap(ctx, new, source="learned", evidence=evidence, rejected=rejected)
     ctx.notify(
         "learned_cap",
-        f"gateway rejected a {format_size(rejected)} request - payload cap set to {format_size(new)} for this session",
+        f"gateway rejected a {format_size(rejected)} request ({how}) - payload cap set to {format_size(new)} for "
+        "this session",
         "warning",
     )
 

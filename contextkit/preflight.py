@@ -125,7 +125,7 @@ def fit_newest_message(ctx: FlowContext) -> None:
     size = format_size(len(newest.content.encode("utf-8", "surrogatepass")))
     ctx.notify(
         "message_excerpted",
-        f"your message ({size}) is too large to send whole (above {what}): it is archived as "
+        f"your message ({size}) is too large to send whole under {what}: it is archived as "
         f"{' '.join(marker(k) for k in excerpt.archive_keys)} and the model gets a {format_size(len(excerpt.content))} "
         "head+tail excerpt it can page through with recall",
         "warning",

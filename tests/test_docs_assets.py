@@ -65,17 +65,18 @@ def test_level_outcomes_chart_for_the_readme(pressure_events: list[dict[str, obj
 
     table = level_outcomes(frames(pressure_events))
     labels = set(table["label"].to_list())
-    assert {"recovery L1", "recovery L2", "compaction L1", "compaction L3"} <= labels, labels
+    # one gateway rejection teaches the cap; the paste then goes as an excerpt (no deeper rung needed)
+    assert {"recovery L1", "compaction L2", "compaction L3"} <= labels, labels
     path = save_chart(level_outcomes_chart(table), tmp_path / "level_outcomes.svg")
     svg = path.read_text(encoding="utf-8")
-    assert svg.lstrip().startswith("<svg") and "recovery L2" in svg and "success rate" in svg
+    assert svg.lstrip().startswith("<svg") and "recovery L1" in svg and "success rate" in svg
     assert "cdn.jsdelivr" not in svg  # rendered offline, self-contained
     target = IMAGES / "level_outcomes.svg"
     if _refresh(target):
         IMAGES.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
     committed = target.read_text(encoding="utf-8")
-    assert committed.lstrip().startswith("<svg") and "recovery L2" in committed
+    assert committed.lstrip().startswith("<svg") and "recovery L1" in committed
 
 
 def test_dashboard_screenshot_is_copied_into_docs() -> None:

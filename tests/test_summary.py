@@ -119,7 +119,7 @@ def test_plan_cut_never_separates_a_result_from_its_call() -> None:
 
 def test_plan_never_summarizes_the_task() -> None:
     """The newest user message and its tool chain stay out of the segment, however long the chain."""
-    h = fixture(0) + [Message.user("fix io.py")]
+    h = [*fixture(0), Message.user("fix io.py")]
     for i in range(6):
         h += [Message.assistant("", [ToolCall(f"c{i}", "read_file")]), Message.tool(f"c{i}", "body " * 40)]
     plan = s2.plan_segment(h, min_keep_recent=2)

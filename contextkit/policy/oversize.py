@@ -67,7 +67,8 @@ def excerpt_message(
     omitted = len(body) - len(head) - len(tail)
     if lines < 3:  # one huge line: line numbers would say nothing
         header = (
-            f"{EXCERPT_TAG}: the original is {size} on {lines} line{'s' if lines > 1 else ''}, above {too_big_for}. "
+            f"{EXCERPT_TAG}: the original is {size} on {lines} line{'s' if lines > 1 else ''}, too large for "
+            f"{too_big_for}. "
             f"It is archived as <<ccr:{key}>>. Shown below: its first {len(head):,} and last {len(tail):,} "
             "characters.]"
         )
@@ -83,7 +84,7 @@ def _header(size: str, lines: int, too_big_for: str, key: str, shown: tuple[int,
     head_last, tail_first, total = shown
     first_missing = head_last + 1
     return (
-        f"{EXCERPT_TAG}: the original is {size} ({total:,} lines), above {too_big_for}. It is archived as "
+        f"{EXCERPT_TAG}: the original is {size} ({total:,} lines), too large for {too_big_for}. It is archived as "
         f"<<ccr:{key}>>. Shown below: lines 1-{head_last} and {tail_first}-{total}. To read the omitted lines, "
         f'call recall with key "{key}" and a line range, e.g. start_line={first_missing}, '
         f"end_line={first_missing + _PAGE_LINES - 1}, and page on from there.]"

@@ -12,7 +12,7 @@ from contextkit.sizing import parse_size
 SUMMARY_MODES = ("extract", "refuse", "short", "error_text", "fail", "timeout")
 FAULT_KINDS = (
     "overflow", "413", "413-html", "waf403", "bedrock403", "drop", "429", "500",
-    "timeout", "auth401", "auth403", "stream_drop", "stream_error", "length",
+    "timeout", "auth401", "auth403", "stream_drop", "stream_error", "length", "400",
 )  # fmt: skip
 STREAM_FAULTS = ("stream_drop", "stream_error")
 SIM_MODEL = "sim-model"

@@ -148,6 +148,21 @@ def simple_fault(route: str, kind: str) -> Response:
     raise ValueError(f"unknown simple fault {kind!r}")
 
 
+# a 400 that is about the request, not its size: nothing a compaction could fix
+UNKNOWN_PARAMETER = "Unrecognized request argument supplied: frobnicate"
+
+
+def client_error(route: str, body: str | None = None) -> Response:
+    """A generic 400. ``body`` is a message wrapped in the route's error envelope, or - when it
+    starts with ``{`` or ``<`` - the raw response body (JSON or an HTML page) sent as is."""
+    text = UNKNOWN_PARAMETER if body is None else body
+    if text.lstrip().startswith("{"):
+        return Response(400, text.encode("utf-8"), "application/json")
+    if text.lstrip().startswith("<"):
+        return Response(400, text.encode("utf-8"), "text/html")
+    return _error(route, 400, text, "invalid_request_error")
+
+
 def server_error(route: str, message: str) -> Response:
     etype = "api_error" if route == ANTHROPIC else "server_error"
     return _error(route, 500, message, etype)

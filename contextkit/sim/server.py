@@ -59,7 +59,7 @@ class GatewaySimulator:
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, record_bodies: bool = False, **config: Any) -> None:
         self._lock = threading.Lock()
         self._config = self._build(SimConfig(), config)
-        self._faults: deque[str] = deque()
+        self._faults: deque[tuple[str, str | None]] = deque()  # (kind, body of a "400")
         self._log: list[RequestRecord] = []
         self._bodies: dict[int, bytes] = {}
         self._seq = 0
@@ -146,12 +146,18 @@ class GatewaySimulator:
         with self._lock:
             return self._config
 
-    def fail_next(self, kind: str, times: int = 1) -> None:
-        """Queue a one-shot fault for the next matching request(s); stream faults wait for a stream."""
+    def fail_next(self, kind: str, times: int = 1, *, body: str | None = None) -> None:
+        """Queue a one-shot fault for the next matching request(s); stream faults wait for a stream.
+
+        ``"400"`` answers with a generic client error: ``body`` is its message (wrapped in the
+        route's error envelope) or a raw JSON/HTML body; the default is an unknown-parameter error.
+        """
         if kind not in FAULT_KINDS:
             raise ConfigError(f"fault {kind!r} is unknown; use one of {', '.join(FAULT_KINDS)}")
+        if body is not None and kind != "400":
+            raise ConfigError(f"body= only applies to the '400' fault, not {kind!r}")
         with self._lock:
-            self._faults.extend([kind] * times)
+            self._faults.extend([(kind, body)] * times)
 
     def reset(self, **config: Any) -> None:
         """Back to the default settings (plus ``config``), no pending faults, empty log."""
@@ -165,14 +171,14 @@ class GatewaySimulator:
 
     def pending_faults(self) -> list[str]:
         with self._lock:
-            return list(self._faults)
+            return [kind for kind, _ in self._faults]
 
-    def _take_fault(self, stream: bool) -> str | None:
+    def _take_fault(self, stream: bool) -> tuple[str, str | None] | None:
         with self._lock:
-            for i, kind in enumerate(self._faults):
+            for i, (kind, body) in enumerate(self._faults):
                 if kind not in STREAM_FAULTS or stream:
                     del self._faults[i]
-                    return kind
+                    return kind, body
         return None
 
     # log ---------------------------------------------------------------------------------------
@@ -231,7 +237,8 @@ class GatewaySimulator:
         is_summary = conv.is_summary  # parsed: only the last user message decides
         kind = "summary" if is_summary else "turn"
         out = _Outcome(wire.Response(), "ok", tokens, stream, str(data.get("model", "")), kind)
-        fault = self._take_fault(stream)
+        taken = self._take_fault(stream)
+        fault, fault_body = taken if taken is not None else (None, None)
         if fault is not None:
             out.reason = f"fault:{fault}"
             window = cfg.context_window or max(1, tokens - 1)
@@ -243,6 +250,8 @@ class GatewaySimulator:
                 out.response = faults.simple_fault(route, fault)
             elif fault == "timeout":
                 out.sleep_then_drop = cfg.timeout_sleep
+            elif fault == "400":
+                out.response = faults.client_error(route, fault_body)
             if fault not in ("stream_drop", "stream_error", "length"):
                 return out
         if cfg.context_window is not None and tokens > cfg.context_window and fault is None:
