@@ -344,8 +344,11 @@ class Compactor:
     def _finish(
         self, run: Pass, before: list[Message], info: CompactionInfo, started: float, vetoed: bool = False
     ) -> CompactionResult:
-        changed = run.level > 0 and run.history != before
-        if not changed:  # S4.10: a no-op is not a compaction
+        # S4.10: a no-op is not a compaction - nor is an automatic pass that freed nothing (rewriting
+        # for nothing only deepens the marker chains and breaks the prompt cache)
+        freed = run.bytes < info.bytes_before or info.trigger == "manual"
+        changed = run.level > 0 and run.history != before and freed
+        if not changed:
             run.history, run.bytes, run.level = list(before), info.bytes_before, 0
         else:
             self.undo_stack.append(before)

@@ -5,8 +5,9 @@ outcome here and asks ``judge`` what a classified failure means before it change
 
 * **retry** - the same request again after a back-off, learning nothing: rate limits, 5xx,
   timeouts; a *single* gateway rejection (413 / WAF 403) of a request clearly smaller than a body
-  this endpoint already accepted in this session (a stray page, not a size limit); the first drop
-  of a request (connections drop for many reasons).
+  this endpoint already accepted in this session (a stray page, not a size limit), and likewise a
+  single overflow of a request clearly smaller (in tokens) than one already accepted; the first
+  drop of a request (connections drop for many reasons).
 * **recover** - a failure about size, consistent with the evidence: a context overflow (teaches a
   token window, never a byte cap), a gateway rejection of a body no larger one contradicts, a
   request dropped again after smaller requests to the endpoint succeeded (or above 500 KB, the
@@ -74,6 +75,7 @@ class EndpointEvidence:
     """What one endpoint (model + gateway) showed this session."""
 
     largest_accepted: int = 0  # bytes of the largest body it accepted
+    largest_accepted_tokens: int = 0  # tokens (our count) of the largest request it accepted
     smallest_rejected: int | None = None  # bytes of the smallest body rejected for its size (binding)
     rejected_how: str = ""
     smallest_overflow_tokens: int | None = None  # tokens of the smallest request that overflowed
@@ -84,8 +86,9 @@ class EndpointEvidence:
         """The largest body that may still be sent (one byte below the smallest binding rejection)."""
         return self.smallest_rejected - 1 if self.smallest_rejected else None
 
-    def accepted(self, nbytes: int) -> None:
+    def accepted(self, nbytes: int, tokens: int = 0) -> None:
         self.largest_accepted = max(self.largest_accepted, nbytes)
+        self.largest_accepted_tokens = max(self.largest_accepted_tokens, tokens)
         self.failures.clear()
 
     def failed(self, digest: str) -> int:
@@ -102,8 +105,11 @@ class EndpointEvidence:
             self.largest_accepted = 0
 
     def overflowed(self, tokens: int) -> None:
+        """A binding overflow at ``tokens`` (our count). Earlier acceptances above it are stale."""
         if tokens > 0 and (self.smallest_overflow_tokens is None or tokens < self.smallest_overflow_tokens):
             self.smallest_overflow_tokens = tokens
+        if self.largest_accepted_tokens >= tokens:
+            self.largest_accepted_tokens = 0
 
     def describe(self) -> str:
         parts = []
@@ -151,8 +157,9 @@ def gateway_how(failure: Failure) -> str:
     return str(failure.status or 413)
 
 
-def judge(ev: EndpointEvidence, failure: Failure, *, sent_bytes: int, seen: int) -> Verdict:
-    """The lesson of ``failure`` for a request of ``sent_bytes`` that had failed ``seen`` times before."""
+def judge(ev: EndpointEvidence, failure: Failure, *, sent_bytes: int, seen: int, sent_tokens: int = 0) -> Verdict:
+    """The lesson of ``failure`` for a request of ``sent_bytes`` / ``sent_tokens`` that had failed
+    ``seen`` times before."""
     kind = failure.kind
     if is_connection_drop(failure):
         return _judge_drop(ev, failure, sent_bytes, seen)
@@ -167,6 +174,12 @@ def judge(ev: EndpointEvidence, failure: Failure, *, sent_bytes: int, seen: int)
             return Verdict(Lesson.RETRY, replace(failure, kind=FailureKind.TRANSIENT, reason=why), why)
         return Verdict(Lesson.RECOVER, failure, f"gateway rejected a {format_size(sent_bytes)} request")
     if kind == FailureKind.CONTEXT_OVERFLOW:
+        if seen == 0 and sent_tokens < STRAY_BELOW * ev.largest_accepted_tokens:
+            why = (
+                f"the provider reported an overflow for {sent_tokens:,} tokens but accepted "
+                f"{ev.largest_accepted_tokens:,} earlier this session - not the window; retrying once"
+            )
+            return Verdict(Lesson.RETRY, replace(failure, kind=FailureKind.TRANSIENT, reason=why), why)
         return Verdict(Lesson.RECOVER, failure, failure.reason)
     return Verdict(Lesson.FAIL, failure, failure.reason)
 

@@ -163,7 +163,7 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
                     failure=failure,
                 ) from outcome.error
             ev = ctx.evidence()
-            verdict = judge(ev, failure, sent_bytes=sent.bytes, seen=ev.failed(digest))
+            verdict = judge(ev, failure, sent_bytes=sent.bytes, sent_tokens=sent.tokens, seen=ev.failed(digest))
             if verdict.lesson == Lesson.RETRY:
                 if retries >= st.limits.max_retries:
                     raise ProviderError(
@@ -195,7 +195,7 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
             continue
 
         assert isinstance(outcome, ModelReply)
-        ctx.evidence().accepted(sent.bytes)
+        ctx.evidence().accepted(sent.bytes, sent.tokens)
         retries = 0
         turn.prompt_tokens += outcome.prompt_tokens
         turn.completion_tokens += outcome.completion_tokens

@@ -38,6 +38,8 @@ def session_to_dict(session: Session) -> dict[str, Any]:
         "turn_budget": st.turn_budget,
         "per_result_budget": st.per_result_budget,
         "size_warned": st.size_warned,
+        "turns": st.turns,
+        "window_source": st.window_source,
         "stats": st.stats.to_dict(),
         "compactor": session.compactor.stats.to_dict(),
         "archive": {"path": str(session.archive.path) if session.archive.path else None},
@@ -112,6 +114,9 @@ def load_session(
     st.cap, st.cap_source = data.get("cap"), data.get("cap_source")
     st.turn_budget, st.per_result_budget = turn_budget, per_result_budget
     st.size_warned = bool(data.get("size_warned"))
+    st.turns = int(data.get("turns") or 0)  # event turn numbers go on where they stopped
+    if data.get("window_source") == "learned":
+        st.window_source = "learned"
     st.stats = stats
     session.compactor.stats = compactor_stats
     return session

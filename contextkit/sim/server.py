@@ -169,6 +169,11 @@ class GatewaySimulator:
             self._bodies.clear()
             self._seq = 0
 
+    def clear_faults(self) -> None:
+        """Drop the faults no request has taken yet."""
+        with self._lock:
+            self._faults.clear()
+
     def pending_faults(self) -> list[str]:
         with self._lock:
             return [kind for kind, _ in self._faults]
