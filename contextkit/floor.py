@@ -84,12 +84,16 @@ def floor_text(ctx: FlowContext, limit_text: str, floor: Measure, *, tokens: boo
         parts.append(f"the system prompt is {format_size(system)}")
         fixes.append("shorten the system prompt (or drop skills/personas)")
     if schemas:
-        parts.append(f"the tool schemas are {format_size(schemas)}")
-        fixes.append("register fewer tools or shorter tool descriptions")
+        user_tools = [t for t in ctx.tools if t.get("function", {}).get("name") != "recall"]
+        parts.append(f"the tool schemas are {format_size(schemas)}" + ("" if user_tools else " (the recall tool)"))
+        if user_tools:
+            fixes.append("register fewer tools or shorter tool descriptions")
     if newest is not None:
-        size = format_size(len(newest.content.encode("utf-8", "surrogatepass")))
-        parts.append(f"your newest message is {size} (it is sent as an excerpt when it does not fit)")
-        fixes.append("send a shorter message")
+        size = len(newest.content.encode("utf-8", "surrogatepass"))
+        cut = " (it is sent as an excerpt when it does not fit)" if len(newest.content) > EXCERPT_MIN_CHARS else ""
+        parts.append(f"your newest message is {format_size(size)}{cut}")
+        if cut:
+            fixes.append("send a shorter message")
     fixes.append("raise the provider's limit" if tokens else "raise the gateway's body-size limit")
     smallest = f"{floor.tokens:,} tokens" if tokens else format_size(floor.bytes)
     return (

@@ -17,16 +17,18 @@
 #
 # When a request is rejected, the first question is **why**. Recovering from a firewall page by
 # compacting is right; "recovering" from a wrong API key by throwing away half the conversation is a
-# disaster. So contextkit classifies every failure first, and only size problems climb the ladder:
+# disaster. So contextkit classifies every failure first, then weighs it against what this session
+# has seen (**learn only from evidence**), and only size problems climb the ladder:
 #
 # | level | what it does | what it costs |
 # |---|---|---|
-# | 1 | repair tool-call pairing, halve this session's tool-result budgets, cap long assistant messages | a little detail from big tool outputs |
+# | 1 | repair tool-call pairing, halve the tool-result budgets for this recovery episode, cap long assistant messages | a little detail from big tool outputs |
 # | 2 | emergency truncation: keep the system prompt and the last 10 messages | older turns (archived, recallable) |
 # | 3 | nuclear truncation: keep the last 4 messages, each capped at 4,000 chars | almost everything (archived, recallable) |
 #
 # Each rung is tried only if the one before did not get the request through: **compress only under
-# pressure**, and no more than needed.
+# pressure**, and no more than needed. Two things no rung removes: the newest user message (the
+# task) and the tool calls and results made since it.
 #
 # > **Simulator or real model.** Every cell runs against the bundled gateway simulator unless the
 # > environment variable `CONTEXTKIT_NOTEBOOK_MODEL` names a litellm model *and* `OPENAI_API_KEY` or
@@ -79,8 +81,10 @@ for row in rows:
 #
 # * litellm raises a generic `APIError` for a 413 and for a Cloudflare page alike; the classifier
 #   reads status, body and headers (`cf-ray`) to tell a **WAF rejection** from a plain 403 `auth`;
-# * a **dropped connection** is only *likely a payload problem* when the request was big (over 500
-#   KB); for a tiny request it is just `transient` and is retried, not compacted:
+# * a **dropped connection** says nothing by itself. The classifier only calls it *likely payload*
+#   for a big request (over 500 KB); the session adds evidence: it retries a drop once, and treats
+#   it as a body-size limit when the same request drops again while smaller requests to that
+#   endpoint went through (nginx's `return 444` at 60 KB looks exactly like this):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -176,8 +180,9 @@ print(archive.get(r3.segment_key)[:400])
 # ## The ladder in a live session *(simulator only)*
 #
 # Now the same history in a session behind a gateway that **drops the cap to 12 KB** without telling
-# anyone. Every rejection teaches the session a tighter cap (¾ of the rejected size), and each rung
-# is tried in turn until a request fits.
+# anyone. Every rejection teaches the session a tighter cap (¾ of the rejected size) - a hard limit
+# from then on: no later request of this session is as big as one the gateway refused - and each
+# rung is tried in turn until a request fits.
 
 # %%
 def connection(gw):
@@ -216,19 +221,24 @@ for e in session.events.of_type(RecoveryEvent):
 # %% [markdown]
 # ## When the ladder runs out, and when it must not start *(simulator only)*
 #
-# If every rung fails, `RecoveryFailedError` carries a detached copy of the history so you can
-# continue elsewhere. A real authentication error never climbs the ladder at all.
+# If every rung fails, the turn is rolled back - a turn is a transaction: the session's history is
+# exactly what it was before `send`, and `RecoveryFailedError.history` is that history, so a failed
+# turn never leaves its message behind to make the next turn fail too. A real authentication error
+# never climbs the ladder at all; like every failure that is not about size, it changes neither the
+# history nor any learned limit.
 
 # %%
 from contextkit import AuthenticationFailed, RecoveryFailedError
 
 gw.configure(max_body=None)
 gw.fail_next("waf403", times=12)  # more rejections than the session has rungs (summaries are requests too)
+before = session.history
 try:
     session.send("One more question.")
 except RecoveryFailedError as err:
     print("RecoveryFailedError:", str(err)[:160], "...")
-    print("history handed back:", len(err.history), "messages")
+    print("history handed back:", len(err.history), "messages; the session's history is unchanged:",
+          session.history == before == err.history)
 gw.reset(context_window=64_000)  # clear the remaining faults
 
 gw.fail_next("auth401")

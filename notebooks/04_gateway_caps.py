@@ -23,10 +23,18 @@
 # contextkit treats the cap as a budget like the window:
 #
 # * **pre-flight** — with a known cap, a request above 85% of it is compacted *before* it is sent;
-# * **learned cap** — a rejection of known size sets the cap to ¾ of it, for this session only;
-# * **floor diagnostic** — when the system prompt and tool schemas alone cannot fit, fail fast with
-#   an actionable error instead of burning the recovery ladder on identical payloads;
-# * **one-time notice** — after a payload rejection the model is told, once, to prefer targeted reads.
+#   the cap is a hard limit: a request above it is never sent;
+# * **learned cap** — a rejection of known size sets the cap to ¾ of it, for this session only, and
+#   no later request is as big as the one refused; a single rejection far below a size the gateway
+#   already accepted is a stray page, retried once and learned from only if it repeats;
+# * **a message too big to send whole** — archived, and sent as a head + tail excerpt the model can
+#   page through with `recall`;
+# * **floor diagnostic** — when even the smallest request (system prompt, tool schemas, the smallest
+#   excerpt of your message) cannot fit, fail fast with an actionable error naming the real sizes;
+# * **one-time notice** — after a payload rejection the model is told, once, to keep requests small
+#   (with advice about targeted file reads only when the session has tools that read);
+# * **limits recover** — after clean turns a learned cap is probed upwards (never back to a refused
+#   size), and `session.reset_limits()` forgets what failures taught. Every change is a `LimitEvent`.
 #
 # > **Simulator or real model.** Every cell runs against the bundled gateway simulator unless the
 # > environment variable `CONTEXTKIT_NOTEBOOK_MODEL` names a litellm model *and* `OPENAI_API_KEY` or
@@ -61,6 +69,7 @@ def connection(gw):
 from contextkit import Limits, PayloadFloorError, Session, format_size
 from contextkit.archive import Archive
 from contextkit.events import CapEvent, NoticeEvent
+from contextkit.policy.oversize import EXCERPT_TAG
 from contextkit.sim import GatewaySimulator, Workspace
 from contextkit.state import PAYLOAD_NOTICE_MARKER
 
@@ -74,7 +83,8 @@ logs = Workspace(seed=3, target_bytes=6_000)
 # If you know your gateway's limit, say so: `Limits(max_payload="64KB")` or
 # `CONTEXTKIT_MAX_PAYLOAD=64KB`. Below 70% of the cap nothing happens (compress only under
 # pressure). A request that would land above **85%** is compacted first, to a tighter 40% budget,
-# with a notice that says why.
+# with a notice that says why. The cap is a hard limit: whatever happens, a request above it is
+# never sent (the session compacts further first).
 
 # %%
 notes = []
@@ -93,8 +103,10 @@ print("\n".join(notes))
 # ## Learned cap: an unknown cap *(simulator only)*
 #
 # Now nobody told the session. The gateway rejects a 97 KB request; the failure carries the size
-# we sent (we always know the body), so the session sets its cap to ¾ of it and recovers. The cap
-# only ever tightens, and it belongs to this session: other sessions in the process never see it.
+# we sent (we always know the body), so the session sets its cap to ¾ of it and recovers. From now
+# on no request of this session is 97 KB or more. The cap belongs to this session: other sessions
+# in the process never see it. It tightens on rejections; after `Limits(cap_probe_turns=8)` clean
+# turns it is raised a quarter (never to a refused size), and `reset_limits()` forgets it.
 
 # %%
 notes = []
@@ -114,11 +126,34 @@ print("the other session keeps its configured cap:", format_size(session.payload
 
 
 # %% [markdown]
-# ## The one-time notice *(simulator only)*
+# ## A stray page teaches nothing *(simulator only)*
 #
-# After the payload recovery, one user message was inserted asking the model to prefer targeted
-# reads and incremental summaries. It is added **once per session** — contextkit looks for an
-# existing copy anywhere, including inside a summary — so a second rejection does not stack notices.
+# Gateways and WAFs also reject requests for reasons that have nothing to do with size. A single
+# rejection of a request far below a size the gateway already accepted in this session is not
+# evidence of a cap: it is retried once, and the cap stays where it was.
+
+# %%
+learner.compact("keep the log timestamps")  # the history is now much smaller than what went through
+cap_before = learner.payload_cap
+gw.fail_next("413")  # simulator: one rejection of a small request
+learner.send("A short question about the logs.")
+print("cap before:", format_size(cap_before), "- after:", format_size(learner.payload_cap),
+      "- retries:", learner.stats.retries)
+print(notes[-1])
+
+
+# %% [markdown]
+# ## The one-time notice and a message too big to send *(simulator only)*
+#
+# After the payload recovery, one user message was inserted asking the model to keep requests small
+# and summarize incrementally (a session with file-reading tools also gets advice about targeted
+# reads). It is added **once per session** — contextkit looks for an existing copy anywhere,
+# including inside a summary — so a second rejection does not stack notices.
+#
+# The paste below is bigger than the learned cap itself. Whatever binds (a learned or configured
+# cap, or the context window), such a message is archived whole and the model gets its first and
+# last lines with a notice saying how to read the rest with `recall`; you get a
+# `message_excerpted` notice.
 
 # %%
 def notices(s):
@@ -126,17 +161,21 @@ def notices(s):
 
 
 print("notices after the first recovery:", notices(learner))
-gw.fail_next("413")  # simulator: one more gateway rejection, whatever the size
+gw.fail_next("413", times=2)  # simulator: the same request refused twice - evidence, not a stray page
 learner.send("Another big paste:\n" + Workspace(seed=4, target_bytes=6_000).tail_log(1_500).content)
 print("notices after a second payload recovery:", notices(learner), "- recoveries:", learner.stats.recoveries_by_level)
 print(next(m.content for m in learner.history if PAYLOAD_NOTICE_MARKER in m.content)[:240], "...")
+print()
+print(next(m.content for m in learner.history if m.content.startswith(EXCERPT_TAG))[:420], "...")
 
 # %% [markdown]
 # ## The floor: when no compaction can help *(simulator only)*
 #
 # The system prompt and the tool schemas are never compacted — they are the *floor* of every
-# request. Behind a 16 KB gateway, a 20 KB system prompt can never fit. Instead of climbing three
-# rungs with identical payloads, the session fails fast and names both sizes and what to shrink.
+# request, together with the smallest excerpt of your newest message. Behind a 16 KB gateway, a
+# 20 KB system prompt can never fit. Instead of climbing three rungs in vain, the session fails
+# fast, names the real sizes (only the parts that exist) and says what to shrink; the failed turn
+# leaves the history as it was.
 
 # %%
 gw.configure(max_body="16KB")
