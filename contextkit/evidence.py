@@ -60,6 +60,7 @@ class Verdict:
     lesson: Lesson
     failure: Failure
     why: str = ""
+    once: bool = False  # the one retry a request gets before its failure counts as evidence (not a transient retry)
 
     @property
     def about_window(self) -> bool:
@@ -171,7 +172,7 @@ def judge(ev: EndpointEvidence, failure: Failure, *, sent_bytes: int, seen: int,
                 f"gateway rejected a {format_size(sent_bytes)} request ({gateway_how(failure)}) but accepted "
                 f"{format_size(ev.largest_accepted)} earlier this session - not a size limit; retrying once"
             )
-            return Verdict(Lesson.RETRY, replace(failure, kind=FailureKind.TRANSIENT, reason=why), why)
+            return Verdict(Lesson.RETRY, replace(failure, kind=FailureKind.TRANSIENT, reason=why), why, once=True)
         return Verdict(Lesson.RECOVER, failure, f"gateway rejected a {format_size(sent_bytes)} request")
     if kind == FailureKind.CONTEXT_OVERFLOW:
         if seen == 0 and sent_tokens < STRAY_BELOW * ev.largest_accepted_tokens:
@@ -179,7 +180,7 @@ def judge(ev: EndpointEvidence, failure: Failure, *, sent_bytes: int, seen: int,
                 f"the provider reported an overflow for {sent_tokens:,} tokens but accepted "
                 f"{ev.largest_accepted_tokens:,} earlier this session - not the window; retrying once"
             )
-            return Verdict(Lesson.RETRY, replace(failure, kind=FailureKind.TRANSIENT, reason=why), why)
+            return Verdict(Lesson.RETRY, replace(failure, kind=FailureKind.TRANSIENT, reason=why), why, once=True)
         return Verdict(Lesson.RECOVER, failure, failure.reason)
     return Verdict(Lesson.FAIL, failure, failure.reason)
 
@@ -196,6 +197,7 @@ def _judge_drop(ev: EndpointEvidence, failure: Failure, sent_bytes: int, seen: i
         return Verdict(Lesson.RECOVER, replace(failure, kind=FailureKind.LIKELY_PAYLOAD, reason=why), why)
     elif seen == 0:
         why = f"connection dropped on a {size} request - retrying it once before suspecting its size"
+        return Verdict(Lesson.RETRY, replace(failure, kind=FailureKind.TRANSIENT, reason=why), why, once=True)
     elif ev.largest_accepted or failure.kind == FailureKind.LIKELY_PAYLOAD:
         basis = (
             f"while {format_size(ev.largest_accepted)} requests to this endpoint succeeded"

@@ -165,19 +165,19 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
             ev = ctx.evidence()
             verdict = judge(ev, failure, sent_bytes=sent.bytes, sent_tokens=sent.tokens, seen=ev.failed(digest))
             if verdict.lesson == Lesson.RETRY:
-                if retries >= st.limits.max_retries:
+                if not verdict.once and retries >= st.limits.max_retries:
                     raise ProviderError(
                         f"request failed after {retries + 1} tries: {verdict.why}. The provider or network kept "
                         "failing; try again later or raise Limits(max_retries=...). If a proxy in front of the "
                         "provider drops large bodies, set Limits(max_payload=...) to its limit.",
                         failure=verdict.failure,
                     ) from outcome.error
-                retries += 1
+                retries += 0 if verdict.once else 1
                 st.stats.retries += 1
                 delay = (
                     failure.retry_after
                     if failure.retry_after is not None
-                    else st.limits.retry_backoff * 2 ** (retries - 1)
+                    else st.limits.retry_backoff * 2 ** max(retries - 1, 0)
                 )
                 ctx.notify("retry", f"{verdict.why} - retrying in {delay:.1f} s", "info")
                 yield Sleep(delay)

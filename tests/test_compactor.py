@@ -506,7 +506,8 @@ def test_pipeline_invariants(h: list[Message], ratio: float, mode: str, trigger:
     # excerpts it before compaction when it alone is too big)
     task = next(m for m in reversed(h) if m.role == "user")
     assert task in result.history or task.preserve_verbatim
-    if measure([*systems, task]) + 4_000 < budget:
+    # (a manual summary follows the instruction and is not truncated further to reach a target)
+    if measure([*systems, task]) + 4_000 < budget and not (trigger == "manual" and result.level == 2):
         assert result.within_budget, (result.bytes_after, budget, result.reports)
 
 

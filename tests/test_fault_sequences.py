@@ -178,7 +178,5 @@ def test_random_fault_sequences(gw: GatewaySimulator, gateway: dict[str, Any], p
 @pytest.mark.slow
 @settings(max_examples=200, **PROFILE)  # type: ignore[arg-type]
 @given(gateway=st.sampled_from(GATEWAYS), plan=turns, seed=st.integers(0, 50))
-def test_random_fault_sequences_long(
-    gw: GatewaySimulator, gateway: dict[str, Any], plan: list[Any], seed: int
-) -> None:
+def test_random_fault_sequences_long(gw: GatewaySimulator, gateway: dict[str, Any], plan: list[Any], seed: int) -> None:
     run_sequence(gw, gateway, plan, seed)
