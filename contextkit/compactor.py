@@ -31,7 +31,7 @@ from contextkit.compaction import (
 )
 from contextkit.events import CompactionEvent, EventLog, NoticeEvent
 from contextkit.markers import ArchiveSink
-from contextkit.messages import Message, wire_safe
+from contextkit.messages import Message, newest_request_index, wire_safe
 from contextkit.policy import budgets, shrink, trim, truncate
 from contextkit.policy import microcompact as micro
 from contextkit.policy import summary as s2
@@ -447,7 +447,7 @@ class Compactor:
 def _last_exchange_plan(history: Sequence[Message]) -> s2.SegmentPlan | None:
     """Manual compaction of a short history: keep the newest exchange (the newest user message and
     everything after it), summarize everything older - even a few messages, since the user asked."""
-    newest = next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "user"), None)
+    newest = newest_request_index(history)
     if newest is None:
         return None
     return s2.plan_segment(history, min_keep_recent=len(history) - newest, min_compactable=2)

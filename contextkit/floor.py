@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from contextkit.flowctx import FlowContext, measure
 from contextkit.markers import ArchiveSink, has_marker, key_for
-from contextkit.messages import Message
-from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, newest_user_index, original_of
+from contextkit.messages import Message, newest_request_index
+from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, original_of
 from contextkit.policy.shrink import shrink_to_budget
 from contextkit.policy.truncate import emergency_truncate
 from contextkit.sizing import Measure, format_size, request_bytes
@@ -50,7 +50,7 @@ def minimal_history(ctx: FlowContext, history: Sequence[Message]) -> list[Messag
     dry = DrySink(ctx.archive)
     lim = ctx.state.limits
     out = list(history)
-    i = newest_user_index(out)
+    i = newest_request_index(out)
     if i is not None:
         original = original_of(out[i], ctx.archive)
         got = excerpt_message(
@@ -77,7 +77,7 @@ def floor_text(ctx: FlowContext, limit_text: str, floor: Measure, *, tokens: boo
     systems = [m for m in st.history if m.role == "system"]
     system = request_bytes(systems, model=model) - empty if systems else 0
     schemas = request_bytes([], tools=ctx.tools, model=model) - empty if ctx.tools else 0
-    i = newest_user_index(st.history)
+    i = newest_request_index(st.history)
     newest = original_of(st.history[i], ctx.archive) if i is not None else None
     parts, fixes = [], []
     if system:

@@ -90,6 +90,7 @@ class _Turn:
     tool_rounds: int = 0
     escalations: int = 0
     size_failures: int = 0
+    once_retries: int = 0
 
 
 def turn_flow(ctx: FlowContext, new_messages: Sequence[Message], *, stream: bool = False, max_rounds: int = 50) -> Flow:
@@ -165,14 +166,17 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
             ev = ctx.evidence()
             verdict = judge(ev, failure, sent_bytes=sent.bytes, sent_tokens=sent.tokens, seen=ev.failed(digest))
             if verdict.lesson == Lesson.RETRY:
-                if not verdict.once and retries >= st.limits.max_retries:
+                # a request's one retry before its failure counts as evidence; bounded per turn all the same
+                once = verdict.once and turn.once_retries <= 2 * st.limits.max_recovery_attempts
+                turn.once_retries += once
+                if not once and retries >= st.limits.max_retries:
                     raise ProviderError(
                         f"request failed after {retries + 1} tries: {verdict.why}. The provider or network kept "
                         "failing; try again later or raise Limits(max_retries=...). If a proxy in front of the "
                         "provider drops large bodies, set Limits(max_payload=...) to its limit.",
                         failure=verdict.failure,
                     ) from outcome.error
-                retries += 0 if verdict.once else 1
+                retries += 0 if once else 1
                 st.stats.retries += 1
                 delay = (
                     failure.retry_after
@@ -231,7 +235,10 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
                 ctx.notify(
                     "escalation", f"reply cut at the token limit - max_tokens raised to {new}, continuing", "info"
                 )
-                turn.partials += [Message.assistant(outcome.content, turn=st.turn), Message.user(CONTINUATION)]
+                turn.partials += [
+                    Message.assistant(outcome.content, turn=st.turn),
+                    Message.user(CONTINUATION, synthetic=True),
+                ]
                 st.history = [*st.history, *turn.partials[-2:]]
                 continue
         return _finish(ctx, turn, outcome, out)

@@ -289,6 +289,14 @@ def from_wire_list(raw: Iterable[Mapping[str, Any] | Message]) -> list[Message]:
 # turn helpers ---------------------------------------------------------------------------------
 
 
+def newest_request_index(history: Sequence[Message]) -> int | None:
+    """Index of the newest user message written by the user - the task that no compaction may
+    remove (notices and continuation prompts contextkit adds are ``synthetic``). None when none."""
+    return next(
+        (i for i in range(len(history) - 1, -1, -1) if history[i].role == "user" and not history[i].synthetic), None
+    )
+
+
 def assistant_turns(history: Sequence[Message]) -> list[int]:
     """For each message, how many assistant messages precede it (its turn tag)."""
     tags: list[int] = []

@@ -17,10 +17,10 @@ from contextkit.floor import floor_measure, floor_text
 from contextkit.flowctx import Effect, Flow, FlowContext, emit_history, measure
 from contextkit.learning import announce_window, learn_cap
 from contextkit.markers import marker
-from contextkit.messages import Message
+from contextkit.messages import Message, newest_request_index
 from contextkit.policy.budgets import enforce_tool_result_budgets
 from contextkit.policy.microcompact import MicrocompactConfig, microcompact
-from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, newest_user_index, original_of
+from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, original_of
 from contextkit.policy.pairing import repair_tool_pairing
 from contextkit.policy.trim import dedup_repeated_reads
 from contextkit.sizing import MB, Measure, dumps, format_size, message_bytes, request_bytes
@@ -87,7 +87,7 @@ def fit_newest_message(ctx: FlowContext) -> None:
     archive it and send a head + tail excerpt the model can page through with ``recall``.
     ``PayloadFloorError`` only when even the smallest excerpt cannot fit."""
     st = ctx.state
-    i = newest_user_index(st.history)
+    i = newest_request_index(st.history)
     if i is None:
         return
     current = st.history[i]

@@ -144,3 +144,21 @@ def test_with_real_archive():
         out, _r = emergency_truncate(h, keep=2, archive=archive, per_message_cap=4000)
         expanded = expand_markers("\n".join(m.content for m in out), archive)
         assert all(m.content in expanded for m in h)
+
+
+def test_the_task_is_the_newest_message_the_user_wrote():
+    """A continuation prompt or a payload notice (synthetic) is not the task: the user's own newest
+    message before them survives the nuclear rung."""
+    from contextkit.state import CONTINUATION
+
+    sink = MemorySink()
+    h = [
+        Message.user("old"),
+        Message.assistant("old answer"),
+        Message.user("write the report"),
+        Message.assistant("x" * 9_000),
+        Message.user(CONTINUATION, synthetic=True),
+    ]
+    out, _ = emergency_truncate(h, keep=1, archive=sink, per_message_cap=4000)
+    assert [m.content for m in out if m.role == "user" and not m.is_summary][:1] == ["write the report"]
+    assert out[-1].content == CONTINUATION

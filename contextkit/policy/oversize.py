@@ -34,10 +34,6 @@ def original_of(message: Message, archive: ArchiveSink) -> Message:
     return replace(message, content=original) if original is not None else message
 
 
-def newest_user_index(history: list[Message] | tuple[Message, ...]) -> int | None:
-    return next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "user"), None)
-
-
 def excerpt_message(
     message: Message, *, max_chars: int, archive: ArchiveSink, too_big_for: str
 ) -> tuple[Message, tuple[str, ...]] | None:

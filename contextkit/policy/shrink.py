@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from contextkit.markers import ArchiveSink, recall_suffix
-from contextkit.messages import Message
+from contextkit.messages import Message, newest_request_index
 from contextkit.policy._common import (
     archive_original,
     describe_origin,
@@ -90,7 +90,8 @@ def shrink_to_budget(
             new_keys.extend(got[1])
         return cited[i]
 
-    newest = max((i for i, m in enumerate(history) if m.role == "user"), default=-1)
+    found = newest_request_index(history)
+    newest = -1 if found is None else found
 
     def shrinkable(i: int, m: Message) -> bool:
         return m.role != "system" and not m.preserve_verbatim and i not in exhausted and i != newest

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from contextkit.markers import ArchiveSink, extract_keys, marker
-from contextkit.messages import Message, ToolCall, render_transcript
+from contextkit.messages import Message, ToolCall, newest_request_index, render_transcript
 from contextkit.policy._common import tool_result_as_user
 from contextkit.policy.pairing import snap_cut
 
@@ -104,8 +104,8 @@ def plan_segment(
     cut = max(len(history) - max(min_keep_recent, 0), system_end)
     recent_start = snap_cut(history, cut, system_end) if cut < len(history) else cut
     # the task survives: the newest user message and the tool chain since it are never summarized away
-    newest = next((i for i in range(len(history) - 1, system_end - 1, -1) if history[i].role == "user"), None)
-    if newest is not None:
+    newest = newest_request_index(history)
+    if newest is not None and newest >= system_end:
         recent_start = min(recent_start, newest)
     if recent_start <= system_end:
         return None

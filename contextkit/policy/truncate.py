@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from contextkit.markers import ArchiveSink, marker, recall_suffix
-from contextkit.messages import Message, render_transcript
+from contextkit.messages import Message, newest_request_index, render_transcript
 from contextkit.policy._common import cap_end_preserving, tool_result_as_user
 from contextkit.policy.pairing import PairingReport, repair_tool_pairing
 
@@ -68,7 +68,7 @@ def emergency_truncate(
 ) -> tuple[list[Message], TruncateReport]:
     systems = [m for m in history if m.role == "system"]
     rest = [m for m in history if m.role != "system"]
-    newest = max((i for i, m in enumerate(rest) if m.role == "user"), default=None)
+    newest = newest_request_index(rest)
     start = max(0, len(rest) - max(0, keep))
     while start < len(rest) and rest[start].role != "user":
         start += 1
