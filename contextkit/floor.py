@@ -11,38 +11,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from contextkit.flowctx import FlowContext, measure
-from contextkit.markers import ArchiveSink, has_marker, key_for
+from contextkit.markers import ArchiveSink
 from contextkit.messages import Message, newest_request_index
 from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, original_of
 from contextkit.policy.shrink import shrink_to_budget
+from contextkit.policy.testing import MemorySink
 from contextkit.policy.truncate import emergency_truncate
 from contextkit.sizing import Measure, format_size, request_bytes
 
 
-class DrySink:
-    """An ``ArchiveSink`` that writes nothing: keys as the real archive would give them; reads fall
-    back to the real archive so derived stubs are recognised as such."""
+class DrySink(MemorySink):
+    """An ``ArchiveSink`` that writes nothing to the session's archive: keys as the real archive would
+    give them; reads fall back to the real archive so derived stubs are recognised as such."""
 
     def __init__(self, real: ArchiveSink) -> None:
+        super().__init__()
         self.real = real
-        self.entries: dict[str, str] = {}
-
-    def put(
-        self,
-        content: str,
-        *,
-        kind: str = "message",
-        origin: str | dict[str, object] | None = None,
-        allow_markers: bool = False,
-    ) -> str | None:
-        if has_marker(content) and not allow_markers:
-            return None
-        key = key_for(content)
-        self.entries.setdefault(key, content)
-        return key
 
     def get(self, key: str) -> str | None:
-        return self.entries.get(key) or self.real.get(key)
+        return super().get(key) or self.real.get(key)
 
 
 def minimal_history(ctx: FlowContext, history: Sequence[Message]) -> list[Message]:
