@@ -136,12 +136,14 @@ for i, (tool, args) in enumerate(plan, 1):
 # cap. Follow the status lines:
 #
 # 1. the history is over budget, so it is **compacted** before sending (summary, then truncation,
-#    then shrinking the one huge message — everything archived first);
+#    then shrinking the older messages — everything archived first; your newest message is the
+#    task and is never cut by compaction);
 # 2. the gateway still rejects it with a Cloudflare page; the classifier recognises a **WAF
 #    rejection**, not an auth error;
-# 3. the session **learns a cap** (¾ of the rejected size) and climbs the **recovery ladder**,
-#    re-compacting under the new cap until a request goes through;
-# 4. a one-time notice asks the model to prefer targeted reads from now on.
+# 3. the session **learns a cap** (¾ of the rejected size) and climbs the **recovery ladder**; the
+#    paste alone is bigger than that cap, so it is archived whole and the model gets its first and
+#    last lines with a notice saying how to page through the rest with `recall`;
+# 4. a one-time notice asks the model to keep requests small from now on.
 
 # %%
 log = workspace.tail_log(2_600).content
