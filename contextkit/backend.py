@@ -7,6 +7,7 @@ is set, so ``import contextkit`` stays cheap and silent.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from functools import lru_cache
 from typing import Any
@@ -70,6 +71,46 @@ def completion_cost(response: Any, model: str | None = None) -> float:
         return float(litellm().completion_cost(completion_response=response, model=model) or 0.0)
     except Exception:  # noqa: BLE001 - unpriced models raise
         return 0.0
+
+
+def close_stream(stream: Any) -> None:
+    """Hang up on a provider stream read only part-way (litellm's wrapper closes the HTTP response)."""
+    close = getattr(stream, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:  # noqa: BLE001 - closing is best effort; the reader already stopped
+            pass
+
+
+async def aclose_stream(stream: Any) -> None:
+    aclose = getattr(stream, "aclose", None)
+    try:
+        if callable(aclose):
+            await aclose()
+        else:
+            close_stream(stream)
+    except Exception:  # noqa: BLE001 - closing is best effort; the reader already stopped
+        pass
+    # asyncio closes a transport's socket on the next loop iteration: let it run, so the
+    # connection is gone when this returns.
+    await asyncio.sleep(0)
+
+
+def provider_finished(stream: Any) -> bool | None:
+    """Whether the provider itself sent a finish reason on a stream read to its end; None if unknown.
+
+    litellm reports ``finish_reason="stop"`` even for an event stream with no events at all (what
+    llama.cpp's server sends for a streamed request over its window); its wrapper remembers whether
+    the provider really sent one.
+    """
+    received = getattr(stream, "received_finish_reason", _MISSING)
+    if received is _MISSING:
+        return None
+    return received is not None or bool(getattr(stream, "received_any_finish_reason", False))
+
+
+_MISSING = object()
 
 
 def stream_chunk_builder(chunks: list[Any], messages: list[dict[str, Any]] | None = None) -> Any:

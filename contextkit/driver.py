@@ -1,19 +1,23 @@
 """Runs the effects the sans-IO flow yields: model calls (litellm), summaries, tools, sleeps.
 
 ``EffectRunner.drive(flow)`` drives a flow synchronously, ``adrive`` asynchronously (``acompletion``,
-async tools run concurrently), and ``call_model(..., on_delta=...)`` streams text deltas. The
-session owns one runner; the flow never sees it.
+async tools run concurrently). ``stream_model`` / ``astream_model`` are one streamed model call as
+a generator: they yield each text delta the moment litellm yields it and end with the outcome
+(``ModelReply`` or ``ModelFailure``); closing them closes the provider stream. The streaming
+drivers (``contextkit.streaming``) relay those deltas to the reader. The session owns one runner;
+the flow never sees it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from typing import Any
 
 from contextkit import backend
-from contextkit.flow import CallModel, ModelFailure, ModelReply, RunTools, Sleep
+from contextkit.errors import ProviderError
+from contextkit.flow import CallModel, ModelFailure, ModelReply, RunTools, Sleep, StreamNote
 from contextkit.messages import ToolCall
 from contextkit.summarizer import Summarizer, SummaryRequest, SummaryResponse
 from contextkit.tools import Tool, ToolResult, normalise_result
@@ -60,6 +64,8 @@ class EffectRunner:
         if isinstance(effect, Sleep):
             time.sleep(effect.seconds)
             return None
+        if isinstance(effect, StreamNote):
+            return None  # only a streaming driver has a reader to tell
         raise TypeError(f"unknown effect {effect!r}")  # a new effect type without a driver is a bug
 
     async def adrive(self, flow: Any) -> Any:
@@ -74,20 +80,23 @@ class EffectRunner:
         try:
             while True:
                 effect = flow.send(value)
-                if isinstance(effect, CallModel):
-                    value = await self.acall_model(effect)
-                elif isinstance(effect, SummaryRequest):
-                    value = await self.asummarize(effect)
-                elif isinstance(effect, RunTools):
-                    results = await asyncio.gather(*(self.arun_tool(c) for c in effect.calls))
-                    value = list(zip(effect.calls, results, strict=True))
-                elif isinstance(effect, Sleep):
-                    await asyncio.sleep(effect.seconds)
-                    value = None
-                else:  # pragma: no cover - a new effect type without a driver is a bug
-                    raise TypeError(f"unknown effect {effect!r}")
+                value = await (self.acall_model(effect) if isinstance(effect, CallModel) else self.arun_one(effect))
         except StopIteration as stop:
             return stop.value
+
+    async def arun_one(self, effect: Any) -> Any:
+        """Run one non-model effect asynchronously (tools of one round run concurrently)."""
+        if isinstance(effect, SummaryRequest):
+            return await self.asummarize(effect)
+        if isinstance(effect, RunTools):
+            results = await asyncio.gather(*(self.arun_tool(c) for c in effect.calls))
+            return list(zip(effect.calls, results, strict=True))
+        if isinstance(effect, Sleep):
+            await asyncio.sleep(effect.seconds)
+            return None
+        if isinstance(effect, StreamNote):
+            return None
+        raise TypeError(f"unknown effect {effect!r}")  # a new effect type without a driver is a bug
 
     # model calls ---------------------------------------------------------------------------------------
     def _call_kwargs(self, effect: CallModel) -> dict[str, Any]:
@@ -98,48 +107,115 @@ class EffectRunner:
         return kwargs
 
     def call_model(self, effect: CallModel, on_delta: Callable[[str], None] | None = None) -> ModelReply | ModelFailure:
+        """One model call; a streamed one is read to its end (``on_delta`` sees each text delta)."""
+        if effect.stream:
+            deltas = self.stream_model(effect, on_delta)
+            while True:
+                try:
+                    next(deltas)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
         started = time.monotonic()
-        kwargs = self._call_kwargs(effect)
-        partial: list[str] = []
         try:
-            if effect.stream:
-                chunks = []
-                stream = backend.completion(
-                    self.model, effect.messages, timeout=self.request_timeout, stream=True, **kwargs
-                )
-                for chunk in stream:
-                    chunks.append(chunk)
-                    delta = _delta_text(chunk)
-                    if delta:
-                        partial.append(delta)
-                        if on_delta is not None:
-                            on_delta(delta)
-                response = backend.stream_chunk_builder(chunks, messages=effect.messages)
-            else:
-                response = backend.completion(self.model, effect.messages, timeout=self.request_timeout, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - classified by the flow
-            _annotate(exc, effect.bytes)
-            return ModelFailure(exc, "".join(partial), time.monotonic() - started)
-        return parse_reply(response, self.model, time.monotonic() - started)
-
-    async def acall_model(self, effect: CallModel) -> ModelReply | ModelFailure:
-        started = time.monotonic()
-        kwargs = self._call_kwargs(effect)
-        try:
-            if effect.stream:
-                stream = await backend.acompletion(
-                    self.model, effect.messages, timeout=self.request_timeout, stream=True, **kwargs
-                )
-                chunks = [c async for c in stream]
-                response = backend.stream_chunk_builder(chunks, messages=effect.messages)
-            else:
-                response = await backend.acompletion(
-                    self.model, effect.messages, timeout=self.request_timeout, **kwargs
-                )
+            response = backend.completion(
+                self.model, effect.messages, timeout=self.request_timeout, **self._call_kwargs(effect)
+            )
         except Exception as exc:  # noqa: BLE001 - classified by the flow
             _annotate(exc, effect.bytes)
             return ModelFailure(exc, "", time.monotonic() - started)
         return parse_reply(response, self.model, time.monotonic() - started)
+
+    def stream_model(
+        self, effect: CallModel, on_delta: Callable[[str], None] | None = None
+    ) -> Generator[str, None, ModelReply | ModelFailure]:
+        """Yield each text delta as litellm yields it; return the outcome. Closing it closes the stream."""
+        started = time.monotonic()
+        chunks: list[Any] = []
+        partial: list[str] = []
+        stream: Any = None
+        try:
+            stream = backend.completion(
+                self.model, effect.messages, timeout=self.request_timeout, stream=True, **self._call_kwargs(effect)
+            )
+            for chunk in stream:
+                chunks.append(chunk)
+                delta = _delta_text(chunk)
+                if delta:
+                    partial.append(delta)
+                    if on_delta is not None:
+                        on_delta(delta)
+                    yield delta
+            return self._streamed(stream, chunks, effect, started)
+        except Exception as exc:  # noqa: BLE001 - classified by the flow
+            _annotate(exc, effect.bytes)
+            return ModelFailure(exc, "".join(partial), time.monotonic() - started)
+        finally:  # also when the reader stops early (GeneratorExit): hang up on the provider
+            if stream is not None:
+                backend.close_stream(stream)
+
+    async def acall_model(self, effect: CallModel) -> ModelReply | ModelFailure:
+        if effect.stream:
+            outcome: Any = None
+            deltas = self.astream_model(effect)
+            try:
+                async for item in deltas:
+                    outcome = item
+            finally:
+                await deltas.aclose()
+            return outcome  # type: ignore[no-any-return]
+        started = time.monotonic()
+        try:
+            response = await backend.acompletion(
+                self.model, effect.messages, timeout=self.request_timeout, **self._call_kwargs(effect)
+            )
+        except Exception as exc:  # noqa: BLE001 - classified by the flow
+            _annotate(exc, effect.bytes)
+            return ModelFailure(exc, "", time.monotonic() - started)
+        return parse_reply(response, self.model, time.monotonic() - started)
+
+    async def astream_model(self, effect: CallModel) -> AsyncGenerator[str | ModelReply | ModelFailure, None]:
+        """Async ``stream_model``: yields each text delta, then the outcome as the last item.
+
+        Never blocks the event loop (``acompletion`` and ``async for``). Closing it (``aclose``) or
+        cancelling the task that iterates it closes the provider stream.
+        """
+        started = time.monotonic()
+        chunks: list[Any] = []
+        partial: list[str] = []
+        stream: Any = None
+        outcome: ModelReply | ModelFailure
+        try:
+            stream = await backend.acompletion(
+                self.model, effect.messages, timeout=self.request_timeout, stream=True, **self._call_kwargs(effect)
+            )
+            async for chunk in stream:
+                chunks.append(chunk)
+                delta = _delta_text(chunk)
+                if delta:
+                    partial.append(delta)
+                    yield delta
+            outcome = self._streamed(stream, chunks, effect, started)
+        except Exception as exc:  # noqa: BLE001 - classified by the flow
+            _annotate(exc, effect.bytes)
+            outcome = ModelFailure(exc, "".join(partial), time.monotonic() - started)
+        finally:
+            if stream is not None:
+                await backend.aclose_stream(stream)
+        yield outcome
+
+    def _streamed(self, stream: Any, chunks: list[Any], effect: CallModel, started: float) -> ModelReply | ModelFailure:
+        """The outcome of a stream read to its end; an empty stream is a failure, not an empty answer."""
+        latency = time.monotonic() - started
+        response = backend.stream_chunk_builder(chunks, messages=effect.messages) if chunks else None
+        reply = parse_reply(response, self.model, latency) if response is not None else None
+        if reply is not None and (reply.content or reply.tool_calls or backend.provider_finished(stream) is True):
+            return reply
+        error = ProviderError(
+            "the provider ended the stream without content, tool call or finish reason (llama.cpp does this for a "
+            "streamed request over its context window)"
+        )
+        _annotate(error, effect.bytes)
+        return ModelFailure(error, "", latency, empty=True)
 
     # summaries and tools -------------------------------------------------------------------------------
     def summarize(self, request: SummaryRequest) -> SummaryResponse | Exception:

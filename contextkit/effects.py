@@ -33,9 +33,14 @@ class ModelReply:
 
 @dataclass(frozen=True)
 class ModelFailure:
+    """A failed model call. ``partial``: text a stream delivered before it failed. ``empty``: the
+    stream ended with no content, no tool call and no finish reason from the provider (llama.cpp's
+    answer to a streamed request over its window), a failure whose cause is still unknown."""
+
     error: BaseException
     partial: str = ""
     latency_s: float = 0.0
+    empty: bool = False
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,20 @@ class RunTools:
 @dataclass(frozen=True)
 class Sleep:
     seconds: float
+
+
+@dataclass(frozen=True)
+class StreamNote:
+    """Tells a streaming driver what the flow decided (only yielded by a streamed turn; other
+    drivers send back ``None``): ``kind`` is a ``StreamEvent`` kind (tool_round, retry,
+    continuation, voided), ``text`` its text, ``show`` text the reader must see now (the marker
+    line of a voided answer, the line break after a tool round's text)."""
+
+    kind: str
+    text: str = ""
+    reason: str = ""
+    level: int = 0
+    show: str = ""
 
 
 @dataclass

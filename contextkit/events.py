@@ -4,7 +4,8 @@ Every state change of a session is an event. Widgets and analyses only read even
 frozen dataclasses; ``event.to_dict()`` gives a flat, JSON-safe dict (with ``type``) used by
 save/load and by ``contextkit.analysis.frames``.
 
-The log keeps every event by default. ``EventLog(max_events=N)`` bounds memory for very long
+The log keeps every event by default, except streamed text deltas: ``EventLog.publish`` hands
+those to subscribers without storing them (a long answer streams hundreds of them). ``EventLog(max_events=N)`` bounds memory for very long
 runs (oldest events are dropped and counted in ``dropped``); subscribers still see every event.
 """
 
@@ -56,7 +57,7 @@ class RequestEvent(Event):
     cost: float = 0.0
     prefix_shared_bytes: int = 0  # shared prefix with the previous request body (S10.2)
     prefix_share: float | None = None  # shared / previous body length; None for the first request
-    purpose: str = "turn"  # turn | summary | continuation
+    purpose: str = "turn"  # turn | summary | continuation | probe (re-sent unstreamed after an empty stream)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,6 +172,30 @@ class ArchiveEvent(Event):
     origin: str = ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class StreamEvent(Event):
+    """What a streamed turn showed its reader (``Session.stream`` / ``astream``).
+
+    ``kind``: ``delta`` (a piece of text yielded to the reader; published to subscribers, not kept
+    in the log), ``tool_round`` (the model called tools: ``text`` is that round's text, which the
+    reader saw; the answer count starts again), ``retry`` (the request is re-sent from the start:
+    nothing was shown yet), ``continuation`` (the model is asked to resume from the text shown so
+    far: after a cut at ``max_tokens`` or an interrupted stream), ``voided`` (the interrupted text
+    could not be continued: ``text`` is what was voided; a marker line follows it), ``done`` and
+    ``cancelled`` (the reader stopped; the history is as before the turn). ``chars_so_far`` /
+    ``tokens_so_far`` count the answer shown so far in this round; ``reason`` and ``level`` (the
+    recovery level, 0 = none) say why a retry or continuation happened.
+    """
+
+    type: ClassVar[str] = "stream"
+    kind: str = "delta"  # delta | tool_round | retry | continuation | voided | done | cancelled
+    text: str = ""
+    chars_so_far: int = 0
+    tokens_so_far: int = 0
+    reason: str = ""
+    level: int = 0
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -182,6 +207,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         LimitEvent,
         HistoryEvent,
         ArchiveEvent,
+        StreamEvent,
     )
 }
 
@@ -207,13 +233,21 @@ class EventLog:
     clock: Callable[[], float] = field(default=time.time, repr=False)
 
     def append(self, event: Event) -> Event:
+        return self._deliver(event, keep=True)
+
+    def publish(self, event: Event) -> Event:
+        """Hand ``event`` to the subscribers without keeping it (high-rate events: text deltas)."""
+        return self._deliver(event, keep=False)
+
+    def _deliver(self, event: Event, *, keep: bool) -> Event:
         with self._lock:
             stamped = _stamp(event, self._seq, self.clock())
             self._seq += 1
-            self._events.append(stamped)
-            if self.max_events is not None and len(self._events) > self.max_events:
-                self._events.popleft()
-                self.dropped += 1
+            if keep:
+                self._events.append(stamped)
+                if self.max_events is not None and len(self._events) > self.max_events:
+                    self._events.popleft()
+                    self.dropped += 1
             subscribers = list(self._subscribers)
         for callback in subscribers:
             try:

@@ -6,6 +6,7 @@
 * ``SummaryRequest`` → (from the compactor) the driver sends ``SummaryResponse`` or an exception
 * ``RunTools``       → the driver sends a list of ``(ToolCall, ToolResult)``
 * ``Sleep``          → the driver sleeps and sends ``None``
+* ``StreamNote``     → (streamed turns only) a streaming driver tells its reader; sends ``None``
 
 ``Session`` drives it synchronously, asynchronously and while streaming, so recovery behaves the
 same in every loop (S6.5). Order per request (research §9.10): turn-boundary rewrites
@@ -24,12 +25,12 @@ in the events only. Archive writes stay (append-only).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from contextkit.classify import Failure, FailureKind, classify_failure
-from contextkit.effects import CallModel, ModelFailure, ModelReply, Reply, RunTools, Sleep
+from contextkit.effects import CallModel, ModelFailure, ModelReply, Reply, RunTools, Sleep, StreamNote
 from contextkit.errors import AuthenticationFailed, ProviderError, RecoveryFailedError, UsageError
 from contextkit.events import RequestEvent
 from contextkit.evidence import Lesson, judge
@@ -51,7 +52,7 @@ from contextkit.preflight import (
 )
 from contextkit.recovery import KNOWN_LIMIT, Episode, record_recovery, recover
 from contextkit.sizing import Measure
-from contextkit.state import CONTINUATION
+from contextkit.state import CONTINUATION, INTERRUPTED
 from contextkit.tools import ToolResult
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "Reply",
     "RunTools",
     "Sleep",
+    "StreamNote",
     "compact_if_needed",
     "emit_history",
     "measure",
@@ -81,8 +83,7 @@ class _Turn:
     """What one turn accumulates for its ``Reply``."""
 
     attempts: list[dict[str, Any]] = field(default_factory=list)
-    parts: list[str] = field(default_factory=list)
-    partials: list[Message] = field(default_factory=list)  # cut answers + continuation prompts, folded at the end
+    answer: _Answer = field(default_factory=lambda: _Answer())  # the current round's text across continuations
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float = 0.0
@@ -94,7 +95,15 @@ class _Turn:
 
 
 def turn_flow(ctx: FlowContext, new_messages: Sequence[Message], *, stream: bool = False, max_rounds: int = 50) -> Flow:
-    """One user turn: request, recover, escalate, run tools until the model answers in text."""
+    """One user turn: request, recover, escalate, run tools until the model answers in text.
+
+    ``stream=True``: requests stream, and the flow tells the driver what it decides with
+    ``StreamNote`` effects. A stream that fails after it delivered text is continued, not
+    restarted: the text becomes the first part of the answer and, after whatever recovery the
+    failure needs, the model is asked to resume from it (the mechanism ``max_tokens`` escalation
+    uses). An empty stream (no content, no tool call, no finish reason) is a failure whose cause is
+    read by asking once more without streaming.
+    """
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
         raise UsageError(f"max_rounds must be a whole number >= 1 (tool rounds per turn), got {max_rounds!r}")
     st = ctx.state
@@ -115,8 +124,10 @@ def turn_flow(ctx: FlowContext, new_messages: Sequence[Message], *, stream: bool
 def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: int) -> Flow:
     st = ctx.state
     turn = _Turn()
+    answer = turn.answer
     episode = Episode()
     retries = 0
+    probed: set[str] = set()  # bodies re-sent without streaming after an empty stream
     while True:
         # Every request is a turn boundary in an agent loop: age tool results, then pre-flight.
         turn_boundary(ctx)
@@ -140,23 +151,31 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
         if st.max_tokens:
             params["max_tokens"] = st.max_tokens
         sample = ctx.probe.feed(body)
-        outcome = yield CallModel(wire, ctx.tools or None, params, sent.bytes, sent.tokens, stream=stream)
-        st.stats.requests += 1
-        st.stats.bytes_sent += sent.bytes
-        st.stats.tokens_sent += sent.tokens
-        failure = (
-            classify_failure(outcome.error, history_bytes=sent.bytes, request_bytes=sent.bytes)
-            if isinstance(outcome, ModelFailure)
-            else None
-        )
-        _record_request(ctx, outcome, failure, sent, episode.level, len(turn.attempts) + 1, sample)
+        purpose = "continuation" if answer.parts else "turn"
+        call = CallModel(wire, ctx.tools or None, params, sent.bytes, sent.tokens, stream=stream, purpose=purpose)
+        outcome, failure = yield from _request(ctx, call, sent, episode.level, len(turn.attempts) + 1, sample)
+        unread = failure is not None and failure.kind != FailureKind.CONTEXT_OVERFLOW and digest not in probed
+        if isinstance(outcome, ModelFailure) and outcome.empty and unread:
+            # The stream hid the provider's answer: ask once without streaming to read it.
+            probed.add(digest)
+            assert failure is not None
+            turn.attempts.append(_attempt(failure, episode.level, sent))
+            st.stats.count_failure(failure.kind.value)
+            ctx.notify(
+                "empty_stream",
+                "the provider ended the stream without any content - asking once more without streaming to "
+                "read its answer or its error",
+                "warning",
+            )
+            call = replace(call, stream=False, purpose="probe")
+            outcome, failure = yield from _request(ctx, call, sent, episode.level, len(turn.attempts) + 1, sample)
 
         if isinstance(outcome, ModelFailure):
             assert failure is not None
-            turn.attempts.append(
-                {"outcome": "rejected", "failure_kind": failure.kind.value, "level": episode.level, "bytes": sent.bytes}
-            )
+            turn.attempts.append(_attempt(failure, episode.level, sent))
             st.stats.count_failure(failure.kind.value)
+            if outcome.partial:  # the model had started answering: the body was accepted
+                ctx.evidence().accepted(sent.bytes, sent.tokens)
             if failure.kind == FailureKind.AUTH:
                 raise AuthenticationFailed(
                     f"the provider refused the credentials ({failure.reason}); check api_key / the provider's key "
@@ -165,6 +184,10 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
                 ) from outcome.error
             ev = ctx.evidence()
             verdict = judge(ev, failure, sent_bytes=sent.bytes, sent_tokens=sent.tokens, seen=ev.failed(digest))
+            if verdict.lesson == Lesson.FAIL and answer.interrupted and not answer.voids:
+                # The provider refuses to continue the interrupted answer: void it and ask again.
+                yield from answer.void(ctx, failure, stream)
+                continue
             if verdict.lesson == Lesson.RETRY:
                 # a request's one retry before its failure counts as evidence; bounded per turn all the same
                 once = verdict.once and turn.once_retries <= 2 * st.limits.max_recovery_attempts
@@ -185,6 +208,7 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
                 )
                 ctx.notify("retry", f"{verdict.why} - retrying in {delay:.1f} s", "info")
                 yield Sleep(delay)
+                yield from answer.resume(ctx, outcome.partial, verdict.why, episode.level, stream)
                 continue
             if verdict.lesson == Lesson.FAIL:
                 raise ProviderError(
@@ -196,6 +220,7 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
             _give_up_if_exhausted(ctx, episode, turn, before, verdict.failure, sent, "", outcome.error)
             yield from recover(ctx, verdict, sent, episode.level + 1, episode)
             episode.level += 1
+            yield from answer.resume(ctx, outcome.partial, verdict.why, episode.level, stream)
             continue
 
         assert isinstance(outcome, ModelReply)
@@ -221,7 +246,10 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
                     "send(..., max_rounds=...) or check the tools"
                 )
             turn.tool_rounds += 1
-            yield from run_tool_round(ctx, outcome)
+            shown, kept = answer.finish(ctx, outcome.content)
+            if stream:
+                yield StreamNote("tool_round", shown, show="\n" if shown and not shown.endswith("\n") else "")
+            yield from run_tool_round(ctx, replace(outcome, content=kept))
             turn.tool_calls += len(outcome.tool_calls)
             continue
         if outcome.finish_reason == "length" and turn.escalations < st.limits.max_token_escalations:
@@ -231,29 +259,20 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
                 turn.escalations += 1
                 st.stats.escalations += 1
                 st.max_tokens = new
-                turn.parts.append(outcome.content)
                 ctx.notify(
                     "escalation", f"reply cut at the token limit - max_tokens raised to {new}, continuing", "info"
                 )
-                turn.partials += [
-                    Message.assistant(outcome.content, turn=st.turn),
-                    Message.user(CONTINUATION, synthetic=True),
-                ]
-                st.history = [*st.history, *turn.partials[-2:]]
+                answer.keep(ctx, outcome.content, CONTINUATION)
+                if stream:
+                    yield StreamNote("continuation", reason=f"finish_reason=length - max_tokens raised to {new}")
                 continue
         return _finish(ctx, turn, outcome, out)
 
 
 def _finish(ctx: FlowContext, turn: _Turn, outcome: ModelReply, out: list[Message]) -> Reply:
     st = ctx.state
-    turn.parts.append(outcome.content)
-    text = "".join(turn.parts)
-    if turn.partials:
-        # Fold the partial answers and continuation prompts back into one assistant message. By
-        # identity, not position: a recovery in between may have added a notice after them.
-        folded = {id(m) for m in turn.partials}
-        st.history = [m for m in st.history if id(m) not in folded]
-    st.history = [*st.history, Message.assistant(text, reasoning=outcome.reasoning, turn=st.turn)]
+    text, kept = turn.answer.finish(ctx, outcome.content)
+    st.history = [*st.history, Message.assistant(kept, reasoning=outcome.reasoning, turn=st.turn)]
     emit_history(ctx, "reply")
     st.max_tokens = None
     if turn.size_failures:
@@ -270,6 +289,103 @@ def _finish(ctx: FlowContext, turn: _Turn, outcome: ModelReply, out: list[Messag
         turn.attempts,
         turn.tool_calls,
     )
+
+
+@dataclass
+class _Answer:
+    """The current model round's text, built across continuations.
+
+    ``parts`` are pieces already received (cut at ``max_tokens``, or delivered by a stream before
+    it failed); each sits in the history as an assistant message followed by a continuation
+    prompt (``partials``) until the round ends, when they are folded into one message. ``voided``
+    is text a stream reader saw that could not be continued, with its marker line.
+    """
+
+    parts: list[str] = field(default_factory=list)
+    partials: list[Message] = field(default_factory=list)
+    voided: str = ""
+    interrupted: str = ""  # why the last part was cut by a failure ("" when it was not)
+    voids: int = 0
+
+    def keep(self, ctx: FlowContext, text: str, prompt: str) -> None:
+        st = ctx.state
+        self.parts.append(text)
+        # Verbatim: a recovery must not shorten the text the model is asked to continue.
+        pair = [
+            Message.assistant(text, turn=st.turn, preserve_verbatim=True),
+            Message.user(prompt, preserve_verbatim=True, synthetic=True),
+        ]
+        self.partials += pair
+        st.history = [*st.history, *pair]
+
+    def resume(self, ctx: FlowContext, partial: str, reason: str, level: int, stream: bool) -> Flow:
+        """After a failed request: continue from the text it delivered, or retry from the start."""
+        if partial:
+            self.keep(ctx, partial, INTERRUPTED)
+            self.interrupted = reason
+        if stream:
+            # "continuation": the next request resumes from text already shown; "retry": from the start
+            yield StreamNote("continuation" if self.parts else "retry", reason=reason, level=level)
+
+    def void(self, ctx: FlowContext, failure: Failure, stream: bool) -> Flow:
+        """The provider refused to continue an interrupted answer: drop its parts, ask again from the start."""
+        text = "".join(self.parts)
+        line = (
+            f"\n\n[contextkit: the answer above was interrupted ({self.interrupted}) and the provider refused to "
+            f"continue it ({failure.reason}); it is void - the answer starts again below]\n\n"
+        )
+        ctx.notify("voided", line.strip(), "warning")
+        self.voided += text + line
+        self.voids += 1
+        self.parts, self.interrupted = [], ""
+        self._fold(ctx)
+        if stream:
+            yield StreamNote("voided", text, reason=failure.reason, show=line)
+
+    def finish(self, ctx: FlowContext, content: str) -> tuple[str, str]:
+        """End the round: (the text a reader saw, the text the history keeps)."""
+        kept = "".join(self.parts) + content
+        shown = self.voided + kept
+        self._fold(ctx)
+        self.parts, self.voided, self.interrupted = [], "", ""
+        return shown, kept
+
+    def _fold(self, ctx: FlowContext) -> None:
+        if self.partials:
+            # By identity, not position: a recovery in between may have added a notice after them.
+            folded = {id(m) for m in self.partials}
+            ctx.state.history = [m for m in ctx.state.history if id(m) not in folded]
+            self.partials = []
+
+
+def _attempt(failure: Failure, level: int, sent: Measure) -> dict[str, Any]:
+    return {"outcome": "rejected", "failure_kind": failure.kind.value, "level": level, "bytes": sent.bytes}
+
+
+def _request(
+    ctx: FlowContext, call: CallModel, sent: Measure, level: int, attempt: int, sample: Any
+) -> Generator[Any, Any, tuple[Any, Failure | None]]:
+    """Send one request; count it, classify a failure, record the attempt."""
+    st = ctx.state
+    outcome = yield call
+    st.stats.requests += 1
+    st.stats.bytes_sent += sent.bytes
+    st.stats.tokens_sent += sent.tokens
+    failure = None
+    if isinstance(outcome, ModelFailure):
+        failure = _empty_stream_failure(ctx, sent) if outcome.empty else None
+        failure = failure or classify_failure(outcome.error, history_bytes=sent.bytes, request_bytes=sent.bytes)
+    _record_request(ctx, outcome, failure, sent, level, attempt, sample, call.purpose)
+    return outcome, failure
+
+
+def _empty_stream_failure(ctx: FlowContext, sent: Measure) -> Failure:
+    """An empty stream over the window is an overflow; otherwise its cause is unknown yet (transient)."""
+    window = ctx.state.context_window
+    if sent.tokens > window:
+        reason = f"empty stream: the request's {sent.tokens} tokens exceed the context window of {window} tokens"
+        return Failure(FailureKind.CONTEXT_OVERFLOW, reason, sent.bytes)
+    return Failure(FailureKind.TRANSIENT, "the provider ended the stream without content, tool call or finish reason")
 
 
 def _give_up_if_exhausted(
@@ -333,7 +449,14 @@ def _output_cap(ctx: FlowContext) -> int:
 
 
 def _record_request(
-    ctx: FlowContext, outcome: Any, failure: Failure | None, sent: Measure, level: int, attempt: int, sample: Any
+    ctx: FlowContext,
+    outcome: Any,
+    failure: Failure | None,
+    sent: Measure,
+    level: int,
+    attempt: int,
+    sample: Any,
+    purpose: str = "turn",
 ) -> None:
     st = ctx.state
     ok = isinstance(outcome, ModelReply)
@@ -356,6 +479,7 @@ def _record_request(
             cost=outcome.cost if ok else 0.0,
             prefix_shared_bytes=sample.shared_bytes,
             prefix_share=sample.share,
+            purpose=purpose,
         )
     )
 

@@ -1,8 +1,9 @@
 """``Session``: owns a history, an archive and an event log, and drives the turn flow.
 
 The flow (``contextkit.flow``) is written once; this module runs it synchronously (``send``),
-asynchronously (``asend``) and while streaming (``stream``), executing the effects it yields:
-model calls through ``contextkit.backend`` (litellm), summaries, tools, sleeps.
+asynchronously (``asend``) and while streaming (``stream``, ``astream``: ``contextkit.streaming``),
+executing the effects it yields: model calls through ``contextkit.backend`` (litellm), summaries,
+tools, sleeps.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 import threading
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,7 @@ from contextkit.driver import EffectRunner, cancel
 from contextkit.errors import ConfigError, InvalidMessageError, UsageError
 from contextkit.events import ArchiveEvent, EventLog, NoticeEvent
 from contextkit.flow import (
-    CallModel,
     FlowContext,
-    ModelFailure,
     Reply,
     emit_history,
     measure,
@@ -40,6 +39,7 @@ from contextkit.preflight import run_compaction
 from contextkit.settings import Limits
 from contextkit.sizing import Measure, RequestMeter
 from contextkit.state import SessionState, SessionStats
+from contextkit.streaming import AsyncReplyStream, ReplyStream
 from contextkit.summarizer import LiteLLMSummarizer
 from contextkit.tools import Tool, as_tools
 
@@ -206,14 +206,24 @@ class Session:
                     return await self._runner.adrive(flow)
 
     def stream(self, text: str | Message | Sequence[Any], *, max_rounds: int = 50) -> ReplyStream:
-        """Stream the reply as text deltas; recovery applies before and during the stream.
+        """Stream the reply: text deltas as the provider sends them; the turn runs as in ``send``.
 
-        Every model round streams, so text the model writes before a tool call ("Calling
-        read_file.") is yielded too, while ``stream.reply.text`` is the final answer only. If a
-        failure interrupts a stream, the deltas already yielded stay yielded and the recovered
-        answer streams from its start; ``ReplyStream.restarts`` counts such restarts.
+        ``for delta in session.stream("..."): print(delta, end="")``, then ``stream.reply``. A
+        stream cut by a failure or by ``max_tokens`` is continued after recovery, never restarted:
+        the concatenated deltas equal ``reply.text`` (for a turn with tool rounds, they are the
+        rounds' text, each followed by a line break, then ``reply.text``). Leaving the loop early
+        closes the provider stream and undoes the turn. See ``contextkit.streaming``.
         """
         return ReplyStream(self, self._user_messages(text), max_rounds)
+
+    def astream(self, text: str | Message | Sequence[Any], *, max_rounds: int = 50) -> AsyncReplyStream:
+        """Async ``stream``: ``async for delta in session.astream("...")`` over ``acompletion(stream=True)``.
+
+        Never blocks the event loop; many sessions can stream concurrently in one loop. Turns of
+        one session run one at a time. ``await stream.aclose()`` or cancelling the task undoes the
+        turn.
+        """
+        return AsyncReplyStream(self, self._user_messages(text), max_rounds)
 
     def compact(self, instruction: str | None = None) -> Any:
         """Manual compaction (trigger ``manual``), optionally guided by an instruction.
@@ -419,39 +429,3 @@ class Session:
     def __repr__(self) -> str:
         m = self.measure()
         return f"<Session {self.session_id} {self.model} messages={m.messages} bytes={m.bytes} cap={self.payload_cap}>"
-
-
-class ReplyStream:
-    """Iterator of text deltas for one streamed turn; ``reply`` is set when it ends."""
-
-    def __init__(self, session: Session, messages: list[Message], max_rounds: int) -> None:
-        self._session = session
-        self._messages = messages
-        self._max_rounds = max_rounds
-        self.reply: Reply | None = None
-        self.restarts = 0
-
-    def __iter__(self) -> Iterator[str]:
-        session = self._session
-        queue: list[str] = []
-        with session._lock, session._turn("stream"):
-            flow = turn_flow(session._context(), self._messages, stream=True, max_rounds=self._max_rounds)
-            value: Any = None
-            with session._closing(flow):
-                try:
-                    while True:
-                        effect = flow.send(value)
-                        if isinstance(effect, CallModel):
-                            value = session._runner.call_model(effect, queue.append)
-                            yield from queue
-                            queue.clear()
-                            if isinstance(value, ModelFailure) and value.partial:
-                                self.restarts += 1
-                        else:
-                            value = session._runner.run_one(effect)
-                except StopIteration as stop:
-                    self.reply = stop.value
-
-    async def __aiter__(self) -> AsyncIterator[str]:  # pragma: no cover - thin async convenience
-        for delta in self:
-            yield delta

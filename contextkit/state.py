@@ -27,6 +27,10 @@ PAYLOAD_NOTICE_CHAT = (
 CONTINUATION = (
     "Your response was cut off at the token limit. Resume DIRECTLY from where you stopped - do not repeat any content."
 )
+INTERRUPTED = (
+    "Your response was cut off by a connection error. Resume DIRECTLY from where you stopped - do not repeat any "
+    "content."
+)
 
 
 @dataclass

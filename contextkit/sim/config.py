@@ -51,6 +51,12 @@ class SimConfig:
     summary_mode: str = "extract"
     timeout_sleep: float = 5.0
     agent: AgentScript | None = None
+    # llama.cpp's server answers a streamed request that overflows its context with 200 and an empty
+    # event stream (no chunk, no finish reason, no error); non-streamed requests still get the 400.
+    empty_stream_on_overflow: bool = False
+    # A deployment that refuses continuation requests (the prompt asking the model to resume a cut-off
+    # answer) with a 400: a streamed answer interrupted mid-way can then not be continued.
+    refuse_continuation: bool = False
 
     def checked(self) -> SimConfig:
         """Validated and normalised copy (size strings become bytes)."""

@@ -7,9 +7,11 @@ from the request itself, so any client (sync, async, a notebook, another process
 Directives in the last user message:
 
 * ``[[tool:NAME {json args}]]`` → call tool NAME when the request offers it.
-* ``[[long:N]]`` → a deterministic reply of about N tokens. When the request carries the
-  continuation prompt ("Your response was cut off at the token limit"), the model continues the
-  same text from where the earlier assistant partials stopped.
+* ``[[long:N]]`` → a deterministic reply of about N tokens.
+
+A request that ends with a continuation prompt ("Your response was cut off ...", after a length
+cut or an interrupted stream) is answered with the rest of the reply the model gives without the
+trailing assistant partials, from where those partials stopped.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from typing import Any
 from contextkit.sim.workloads import agent_steps
 
 SUMMARY_TRIGGER = "CONVERSATION SEGMENT TO EXTRACT FROM"
-CONTINUATION_TRIGGER = "Your response was cut off at the token limit"
+CONTINUATION_TRIGGER = "Your response was cut off"
+NOTICE_TRIGGER = "[SYSTEM NOTICE"
 SUMMARY_SECTIONS = (
     "## Files Read",
     "## Files Modified",
@@ -165,12 +168,11 @@ def long_text(n_tokens: int) -> str:
     return " ".join(out)
 
 
-def _continue_long(conv: Conversation, full: str, since: int) -> str:
-    """The rest of ``full`` after the assistant partials that follow message ``since``."""
-    partial = "".join(m.text for m in conv.messages[since + 1 :] if m.role == "assistant")
-    if full.startswith(partial):
-        return full[len(partial) :]
-    tail = partial.rstrip()[-40:]
+def _rest_of(full: str, done: str) -> str:
+    """What follows ``done`` in ``full`` (found by its tail when the partials were reworded)."""
+    if full.startswith(done):
+        return full[len(done) :]
+    tail = done.rstrip()[-40:]
     at = full.find(tail) if tail else -1
     return full[at + len(tail) :] if at >= 0 else full
 
@@ -202,11 +204,7 @@ class ScriptedModel:
 
     def _directive_reply(self, conv: Conversation, last: SimMessage) -> Reply | None:
         if CONTINUATION_TRIGGER in last.text:
-            for idx in range(len(conv.messages) - 1, -1, -1):
-                m = conv.messages[idx]
-                hit = _LONG_RE.search(m.text) if m.role == "user" else None
-                if hit:
-                    return Reply(_continue_long(conv, long_text(int(hit.group(1))), idx))
+            return self._continue(conv)
         hit = _LONG_RE.search(last.text)
         if hit:
             return Reply(long_text(int(hit.group(1))))
@@ -220,6 +218,21 @@ class ScriptedModel:
             call = SimCall(f"call_{_short_hash(conv, tool.group(1))}", tool.group(1), args)
             return Reply(f"Calling {tool.group(1)}.", (call,), "tool_calls")
         return None
+
+    def _continue(self, conv: Conversation) -> Reply:
+        """The rest of the reply to ``conv`` without its trailing (partial, [notice], continuation) tail."""
+        msgs = list(conv.messages)
+        partial: list[str] = []
+        while msgs and msgs[-1].role == "user" and CONTINUATION_TRIGGER in msgs[-1].text:
+            msgs.pop()
+            while msgs and msgs[-1].role == "user" and NOTICE_TRIGGER in msgs[-1].text:
+                msgs.pop()  # a recovery's one-time notice lands before the newest user message
+            if msgs and msgs[-1].role == "assistant" and not msgs[-1].tool_calls:
+                partial.insert(0, msgs.pop().text)
+        if not partial:
+            return Reply(f"Reply {_turn(conv)}: continuing.")
+        base = self.reply(Conversation(tuple(msgs), conv.tools))
+        return Reply(_rest_of(base.text, "".join(partial)), base.tool_calls, base.finish)
 
 
 def _turn(conv: Conversation) -> int:

@@ -32,10 +32,11 @@ from contextkit.sim.config import (
     RequestRecord,
     SimConfig,
 )
-from contextkit.sim.model import SUMMARY_TRIGGER, Conversation, Reply, ScriptedModel
+from contextkit.sim.gate import StreamGate, peer_gone
+from contextkit.sim.model import CONTINUATION_TRIGGER, SUMMARY_TRIGGER, Conversation, Reply, ScriptedModel
 from contextkit.sizing import text_tokens, truncate_to_tokens
 
-__all__ = ["FAULT_KINDS", "SUMMARY_MODES", "GatewaySimulator", "RequestRecord", "SimConfig"]
+__all__ = ["FAULT_KINDS", "SUMMARY_MODES", "GatewaySimulator", "RequestRecord", "SimConfig", "StreamGate"]
 
 
 @dataclass
@@ -47,6 +48,7 @@ class _Outcome:
     model: str = ""
     kind: str = "turn"
     sleep_then_drop: float = 0.0
+    gate: StreamGate | None = None
 
 
 class GatewaySimulator:
@@ -65,6 +67,7 @@ class GatewaySimulator:
         self._seq = 0
         self.record_bodies = record_bodies
         self.host, self._port = host, port
+        self._gate: StreamGate | None = None
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -165,6 +168,7 @@ class GatewaySimulator:
         with self._lock:
             self._config = fresh
             self._faults.clear()
+            self._gate = None
             self._log.clear()
             self._bodies.clear()
             self._seq = 0
@@ -173,6 +177,17 @@ class GatewaySimulator:
         """Drop the faults no request has taken yet."""
         with self._lock:
             self._faults.clear()
+
+    def hold_streams(self, *, after_chunks: int | None = None, timeout: float = 60.0) -> StreamGate:
+        """Hold every streamed turn reply open after its first text delta until ``gate.release()``.
+
+        For ordering tests: the client must see the first delta while the server still holds the
+        rest. Replies started after the release stream normally.
+        """
+        gate = StreamGate(after_chunks=after_chunks, timeout=timeout)
+        with self._lock:
+            self._gate = gate
+        return gate
 
     def pending_faults(self) -> list[str]:
         with self._lock:
@@ -262,6 +277,14 @@ class GatewaySimulator:
         if cfg.context_window is not None and tokens > cfg.context_window and fault is None:
             out.reason = f"context {tokens} > window {cfg.context_window}"
             out.response = faults.overflow(route, cfg.overflow_style, tokens, cfg.context_window)
+            if stream and cfg.empty_stream_on_overflow:  # llama.cpp: 200, an event stream with no events
+                out.reason += " (empty stream)"
+                out.response = wire.Response(200, content_type="text/event-stream", chunks=())
+            return out
+        last = conv.last_user
+        if cfg.refuse_continuation and last is not None and CONTINUATION_TRIGGER in last.text and fault is None:
+            out.reason = "continuation refused"
+            out.response = faults.bad_request(route, "This deployment does not accept continuation requests.")
             return out
         if is_summary and cfg.summary_mode != "extract" and fault is None:
             if cfg.summary_mode == "fail":
@@ -279,6 +302,10 @@ class GatewaySimulator:
             limits.append(5)
         reply = _cap_reply(reply, min(limits) if limits else None)
         out.response = self._render(route, reply, out, fault, seq)
+        if stream and kind == "turn":
+            with self._lock:
+                gate = self._gate
+            out.gate = gate if gate is not None and not gate.released else None
         return out
 
     def _reply(self, conv: Conversation, cfg: SimConfig, is_summary: bool) -> Reply:
@@ -320,7 +347,7 @@ class GatewaySimulator:
         if out.sleep_then_drop:
             time.sleep(out.sleep_then_drop)
             return
-        _send(handler, out.response)
+        _send(handler, out.response, out.gate, route == wire.ANTHROPIC)
 
 
 def _cap_reply(reply: Reply, limit: int | None) -> Reply:
@@ -330,7 +357,9 @@ def _cap_reply(reply: Reply, limit: int | None) -> Reply:
     return Reply(truncate_to_tokens(reply.text, limit), (), "length")
 
 
-def _send(handler: BaseHTTPRequestHandler, resp: wire.Response) -> None:
+def _send(
+    handler: BaseHTTPRequestHandler, resp: wire.Response, gate: StreamGate | None = None, anthropic: bool = False
+) -> None:
     if resp.drop:
         handler.close_connection = True
         return
@@ -346,11 +375,25 @@ def _send(handler: BaseHTTPRequestHandler, resp: wire.Response) -> None:
             return
         handler.send_header("Cache-Control", "no-cache")
         handler.end_headers()
-        for chunk in resp.chunks:
+        hold_at = gate.hold_at(anthropic, len(resp.chunks)) if gate is not None else -1
+        for i, chunk in enumerate(resp.chunks):
+            if i == hold_at and gate is not None:
+                handler.wfile.flush()
+                gate.hold()
+                if peer_gone(handler.connection):
+                    gate.finish(peer_closed=True)
+                    gate = None
+                    return
             handler.wfile.write(chunk)
             handler.wfile.flush()
     except (BrokenPipeError, ConnectionResetError):
-        pass  # the client gave up (timeout) - nothing to answer
+        if gate is not None:
+            gate.finish(peer_closed=True)
+            gate = None
+        # otherwise the client gave up (timeout) - nothing to answer
+    finally:
+        if gate is not None:
+            gate.finish(peer_closed=False)
 
 
 class _Server(ThreadingHTTPServer):
