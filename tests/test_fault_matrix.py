@@ -29,7 +29,8 @@ from contextkit.sim import OVERFLOW_STYLES, GatewaySimulator, Workspace
 from contextkit.sim.config import RequestRecord
 from contextkit.tools import ToolResult
 
-LOOPS = ("send", "tools", "stream", "asend")
+LOOPS = ("send", "tools", "stream", "astream", "asend")
+STREAMS = ("stream", "astream")
 CAPS = ("nocap", "cap")
 MAX_RETRIES = 2
 SIZE_FAULTS = ("fault:overflow", "fault:413", "fault:413-html", "fault:waf403", "fault:bedrock403")
@@ -86,8 +87,10 @@ MODES: list[Mode] = [
         for m in ("extract", "refuse", "short", "error_text", "fail", "timeout")
     ],
     Mode("finish-length", fault="length", expect="escalate"),
-    Mode("stream-drop-midway", fault="stream_drop", expect="retry", loops=("stream",)),
-    Mode("stream-error-event", fault="stream_error", expect="retry", loops=("stream",)),
+    Mode("stream-drop-midway", fault="stream_drop", expect="retry", loops=STREAMS),
+    Mode("stream-error-event", fault="stream_error", expect="retry", loops=STREAMS),
+    # llama.cpp: a streamed request over the window gets 200 and an empty event stream
+    Mode("empty-stream-overflow", {"context_window": 3_000, "empty_stream_on_overflow": True}, loops=STREAMS),
     Mode("auth401", fault="auth401", expect="AuthenticationFailed", message="credentials"),
     Mode("auth403", fault="auth403", expect="AuthenticationFailed", message="credentials"),
 ]
@@ -117,13 +120,24 @@ def render_table() -> str:
 def drive(loop: str, session: Session, text: str) -> str:
     if loop in ("send", "tools"):
         return session.send(text).text
-    if loop == "stream":
-        stream = session.stream(text)
-        deltas = "".join(stream)
+    if loop in STREAMS:
+        stream, deltas = _stream(loop, session, text)
         assert stream.reply is not None
-        assert deltas.endswith(stream.reply.text[-10:])  # the recovered answer streamed to its end
+        assert deltas == stream.reply.text  # continued, never restarted: every piece shown once
         return stream.reply.text
     return asyncio.run(session.asend(text)).text
+
+
+def _stream(loop: str, session: Session, text: str) -> tuple[Any, str]:
+    if loop == "stream":
+        stream = session.stream(text)
+        return stream, "".join(stream)
+
+    async def read() -> tuple[Any, str]:
+        stream = session.astream(text)
+        return stream, "".join([d async for d in stream])
+
+    return asyncio.run(read())
 
 
 def size_rejection(record: RequestRecord) -> bool:

@@ -28,8 +28,8 @@ class StreamGate:
         self.timeout = timeout
         self._cond = threading.Condition()
         self._released = False
-        self.held = 0  # replies that reached the hold point
-        self.waiting = 0  # replies holding right now
+        self.held = 0  # replies held back by this gate
+        self.waiting = 0  # replies whose rest is held back right now (counted before their head is sent)
         self.finished = 0  # replies whose handler is done (sent everything, or found the client gone)
         self.peer_closed = 0  # replies whose client hung up before the rest was sent
         self.timed_out = 0  # replies let go by the safety timeout instead of release()
@@ -59,11 +59,16 @@ class StreamGate:
         at = self.after_chunks if self.after_chunks is not None else (3 if anthropic else 2)
         return max(1, min(at, frames - 1))
 
-    def hold(self) -> None:
+    def arrive(self) -> None:
+        """A reply will hold: counted before any of it is sent, so a client that sees its first
+        delta also sees ``waiting`` include it."""
         with self._cond:
             self.held += 1
             self.waiting += 1
             self._cond.notify_all()
+
+    def hold(self) -> None:
+        with self._cond:
             if not self._cond.wait_for(lambda: self._released, self.timeout):
                 self.timed_out += 1
             self.waiting -= 1

@@ -376,6 +376,10 @@ def _send(
         handler.send_header("Cache-Control", "no-cache")
         handler.end_headers()
         hold_at = gate.hold_at(anthropic, len(resp.chunks)) if gate is not None else -1
+        if gate is not None and hold_at < len(resp.chunks):
+            gate.arrive()
+        else:
+            gate = None  # too short to hold (an empty stream)
         for i, chunk in enumerate(resp.chunks):
             if i == hold_at and gate is not None:
                 handler.wfile.flush()
