@@ -111,7 +111,7 @@ class NoticeEvent(Event):
     """A message for the user (pre-flight, learned cap, microcompact line, warnings)."""
 
     type: ClassVar[str] = "notice"
-    code: str = ""  # preflight | learned_cap | assumed_cap | floor_warning | size_warning | payload_notice | microcompact | dedup | recovery | escalation | retry
+    code: str = ""  # preflight | learned_cap | assumed_cap | floor_warning | size_warning | payload_notice | microcompact | dedup | recovery | escalation | retry | empty_stream | voided
     text: str = ""
     level: str = "info"  # info | warning | error
 
@@ -183,8 +183,10 @@ class StreamEvent(Event):
     far: after a cut at ``max_tokens`` or an interrupted stream), ``voided`` (the interrupted text
     could not be continued: ``text`` is what was voided; a marker line follows it), ``done`` and
     ``cancelled`` (the reader stopped; the history is as before the turn). ``chars_so_far`` /
-    ``tokens_so_far`` count the answer shown so far in this round; ``reason`` and ``level`` (the
-    recovery level, 0 = none) say why a retry or continuation happened.
+    ``tokens_so_far`` count the answer shown so far (a running count per delta, exact at ``done``);
+    the count starts again after a tool round and after a voided answer's marker line.
+    ``reason`` and ``level`` (the recovery level, 0 = none) say why a retry or continuation
+    happened.
     """
 
     type: ClassVar[str] = "stream"

@@ -42,7 +42,11 @@ if TYPE_CHECKING:
 
 
 class StreamTap:
-    """Counts the answer shown so far in the current round and publishes the ``StreamEvent``s."""
+    """Publishes the ``StreamEvent``s of one streamed turn and counts the answer shown so far.
+
+    The count is of the current answer: it starts again after a tool round and after the marker
+    line of a voided answer (the answer starts again there).
+    """
 
     def __init__(self, events: EventLog, session_id: str, turn: int, model: str) -> None:
         self.events = events
@@ -51,6 +55,7 @@ class StreamTap:
         self.model = model
         self.chars = 0
         self.tokens = 0
+        self._answer: list[str] = []
 
     def _event(self, kind: str, text: str = "", reason: str = "", level: int = 0) -> StreamEvent:
         return StreamEvent(
@@ -67,6 +72,7 @@ class StreamTap:
     def delta(self, text: str) -> None:
         self.chars += len(text)
         self.tokens += text_tokens(text, self.model)  # per delta: a live count, exact at "done"
+        self._answer.append(text)
         self.events.publish(self._event("delta", text))
 
     def note(self, note: StreamNote) -> list[str]:
@@ -76,15 +82,22 @@ class StreamTap:
             for text in shown:
                 self.delta(text)
             self.events.append(self._event("tool_round", note.text, note.reason, note.level))
-            self.chars = self.tokens = 0  # the next round is a new answer
+            self._restart()  # the next round is a new answer
             return shown
         self.events.append(self._event(note.kind, note.text, note.reason, note.level))
         for text in shown:
             self.delta(text)
+        if note.kind == "voided":
+            self._restart()  # the answer starts again after the marker line
         return shown
 
+    def _restart(self) -> None:
+        self.chars = self.tokens = 0
+        self._answer = []
+
     def done(self, reply: Reply) -> None:
-        self.chars, self.tokens = len(reply.text), text_tokens(reply.text, self.model)
+        answer = "".join(self._answer)
+        self.chars, self.tokens = len(answer), text_tokens(answer, self.model)
         self.events.append(self._event("done", reason=reply.finish_reason))
 
     def cancelled(self) -> None:

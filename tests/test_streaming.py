@@ -250,6 +250,8 @@ def test_refused_continuation_voids_the_partial_with_a_marker(loop: str) -> None
     assert "refused to continue it" in line and "it is void" in line
     assert answer == long_text(200)  # the answer again, in full, after the marker
     assert session.history[-1].content == long_text(200)  # the history keeps only the answer
+    done = stream_events(session, "done")[-1]
+    assert done.chars_so_far == len(answer)  # the answer's count started again after the marker
     assert [m.role for m in session.history] == ["user", "assistant"]
 
 
