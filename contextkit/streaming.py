@@ -104,27 +104,6 @@ class StreamTap:
         self.events.append(self._event("cancelled", reason="the reader stopped the stream"))
 
 
-class _Turn:
-    """The parts of one streamed turn both drivers share: its flow, its tap and its undo."""
-
-    def __init__(self, session: Session, messages: list[Message], max_rounds: int) -> None:
-        state = session._state
-        self.session = session
-        self.before = list(state.history)
-        self.ctx = session._context()
-        self.tap = StreamTap(session.events, session.session_id, state.turn, session.model)
-        self.flow = turn_flow(self.ctx, messages, stream=True, max_rounds=max_rounds)
-
-    def cancel(self) -> None:
-        """The reader stopped: the flow ends where it is and the history is as before the turn."""
-        self.flow.close()
-        state = self.session._state
-        state.history = self.before
-        state.max_tokens = None
-        emit_history(self.ctx, "cancelled")
-        self.tap.cancelled()
-
-
 class _Outcome:
     """What a stream's generator reports back. Kept apart from the stream object so the generator
     does not reference it: a ``for`` loop left early then drops the last reference and closes it."""
@@ -133,6 +112,54 @@ class _Outcome:
         self.reply: Reply | None = None
         self.text = ""
         self.cancelled = False
+
+
+class _Turn:
+    """One streamed turn, as both drivers run it: its flow, what the reader was shown, its undo."""
+
+    def __init__(self, session: Session, messages: list[Message], max_rounds: int, out: _Outcome) -> None:
+        state = session._state
+        self.session = session
+        self.out = out
+        self.before = list(state.history)
+        self.ctx = session._context()
+        self.tap = StreamTap(session.events, session.session_id, state.turn, session.model)
+        self.flow = turn_flow(self.ctx, messages, stream=True, max_rounds=max_rounds)
+
+    def advance(self, value: Any) -> Any:
+        """The flow's next effect, or None when the turn ended (``out.reply`` is then set)."""
+        try:
+            return self.flow.send(value)
+        except StopIteration as stop:
+            self.out.reply = stop.value
+            self.tap.done(stop.value)
+            return None
+
+    def relay(self, text: str) -> str:
+        """``text`` goes to the reader now: publish it first, then hand it over."""
+        self.tap.delta(text)
+        self.out.text += text
+        return text
+
+    def shown(self, effect: Any, value: Any) -> list[str]:
+        """Text the reader must see after a non-streamed effect: a note's line, a probe's answer."""
+        if isinstance(effect, StreamNote):
+            texts = self.tap.note(effect)
+            self.out.text += "".join(texts)
+            return texts
+        if isinstance(effect, CallModel) and isinstance(value, ModelReply) and value.content:
+            return [self.relay(value.content)]  # re-sent unstreamed after an empty stream
+        return []
+
+    def cancel(self) -> None:
+        """The reader stopped: the flow ends where it is and the history is as before the turn."""
+        self.out.cancelled = True
+        self.flow.close()
+        state = self.session._state
+        state.history = self.before
+        state.max_tokens = None
+        emit_history(self.ctx, "cancelled")
+        self.tap.cancelled()
 
 
 class _StreamBase:
@@ -234,97 +261,56 @@ def _run(session: Session, messages: list[Message], max_rounds: int, out: _Outco
     """The synchronous streaming driver."""
     runner = session._runner
     with session._lock, session._turn("stream"):
-        turn = _Turn(session, messages, max_rounds)
+        turn = _Turn(session, messages, max_rounds, out)
         value: Any = None
         try:
-            while True:
-                try:
-                    effect = turn.flow.send(value)
-                except StopIteration as stop:
-                    out.reply = stop.value
-                    break
+            while (effect := turn.advance(value)) is not None:
                 if isinstance(effect, CallModel) and effect.stream:
-                    deltas = runner.stream_model(effect, turn.tap.delta)
-                    while True:  # not `yield from`: out.text follows every delta
-                        try:
-                            delta = next(deltas)
-                        except StopIteration as stop:
-                            value = stop.value
-                            break
-                        out.text += delta
-                        try:
-                            yield delta
-                        except GeneratorExit:
-                            deltas.close()  # hang up on the provider first
-                            raise
-                elif isinstance(effect, CallModel):  # re-sent unstreamed after an empty stream
-                    value = runner.call_model(effect)
-                    for text in _probe_text(value):
-                        turn.tap.delta(text)
-                        out.text += text
-                        yield text
-                elif isinstance(effect, StreamNote):
-                    for text in turn.tap.note(effect):
-                        out.text += text
-                        yield text
-                    value = None
-                else:
-                    value = runner.run_one(effect)
+                    deltas = runner.stream_model(effect)
+                    try:
+                        while True:  # not `yield from`: each delta is relayed (event, text) first
+                            try:
+                                delta = next(deltas)
+                            except StopIteration as stop:
+                                value = stop.value
+                                break
+                            yield turn.relay(delta)
+                    finally:
+                        deltas.close()  # the reader stopped: hang up on the provider first
+                    continue
+                value = runner.call_model(effect) if isinstance(effect, CallModel) else runner.run_one(effect)
+                yield from turn.shown(effect, value)
         except GeneratorExit:
-            out.cancelled = True
             turn.cancel()
             raise
-    assert out.reply is not None
-    turn.tap.done(out.reply)
 
 
 async def _arun(session: Session, messages: list[Message], max_rounds: int, out: _Outcome) -> AsyncGenerator[str, None]:
-    """The asynchronous streaming driver (the same steps as ``_run``, awaiting instead of blocking)."""
+    """The asynchronous streaming driver: ``_run``'s steps, awaiting instead of blocking."""
     runner = session._runner
     async with session._async_lock():  # turns of one session run one at a time, like asend
         with session._lock, session._turn("astream"):
-            turn = _Turn(session, messages, max_rounds)
+            turn = _Turn(session, messages, max_rounds, out)
             value: Any = None
             try:
-                while True:
-                    try:
-                        effect = turn.flow.send(value)
-                    except StopIteration as stop:
-                        out.reply = stop.value
-                        break
+                while (effect := turn.advance(value)) is not None:
                     if isinstance(effect, CallModel) and effect.stream:
                         deltas = runner.astream_model(effect)
                         try:
                             async for item in deltas:
-                                if not isinstance(item, str):
+                                if isinstance(item, str):
+                                    yield turn.relay(item)
+                                else:
                                     value = item  # the outcome comes last
-                                    continue
-                                turn.tap.delta(item)
-                                out.text += item
-                                yield item
                         finally:
                             await deltas.aclose()
-                    elif isinstance(effect, CallModel):
+                        continue
+                    if isinstance(effect, CallModel):
                         value = await runner.acall_model(effect)
-                        for text in _probe_text(value):
-                            turn.tap.delta(text)
-                            out.text += text
-                            yield text
-                    elif isinstance(effect, StreamNote):
-                        for text in turn.tap.note(effect):
-                            out.text += text
-                            yield text
-                        value = None
                     else:
                         value = await runner.arun_one(effect)
+                    for text in turn.shown(effect, value):
+                        yield text
             except (GeneratorExit, asyncio.CancelledError):
-                out.cancelled = True
                 turn.cancel()
                 raise
-        assert out.reply is not None
-        turn.tap.done(out.reply)
-
-
-def _probe_text(outcome: Any) -> list[str]:
-    """The answer of an unstreamed request inside a streamed turn, shown to the reader as one delta."""
-    return [outcome.content] if isinstance(outcome, ModelReply) and outcome.content else []
