@@ -283,6 +283,26 @@ def test_empty_stream_on_overflow_is_classified_and_recovered_like_send(loop: st
     assert purposes[:2] == [("turn", "transient"), ("probe", "context_overflow")]
 
 
+@pytest.mark.parametrize("route", ["openai", "anthropic"])
+def test_litellm_reports_stop_for_an_empty_stream_but_not_that_the_provider_finished(route: str) -> None:
+    """What the driver relies on: the empty body (llama.cpp) gets a synthetic finish "stop" from
+    litellm, while the wrapper knows the provider itself never sent a finish reason."""
+    from contextkit import backend
+
+    with GatewaySimulator(context_window=50, empty_stream_on_overflow=True) as gw:
+        kwargs = gw.litellm_kwargs(route)
+        over = backend.completion(
+            messages=[{"role": "user", "content": long_text(200)}], timeout=10, stream=True, **kwargs
+        )
+        chunks = list(over)
+        fits = backend.completion(messages=[{"role": "user", "content": "hi"}], timeout=10, stream=True, **kwargs)
+        list(fits)
+        assert gw.requests[0].reason.endswith("(empty stream)")
+    assert not any(c.choices and c.choices[0].delta.content for c in chunks)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices] == ["stop"]
+    assert backend.provider_finished(over) is False and backend.provider_finished(fits) is True
+
+
 def test_empty_stream_over_the_known_window_is_an_overflow_without_asking_again() -> None:
     with GatewaySimulator(context_window=500, empty_stream_on_overflow=True) as gw:
         # the system prompt alone (never compacted) is over the window the session knows
