@@ -206,7 +206,8 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
                     if failure.retry_after is not None
                     else st.limits.retry_backoff * 2 ** max(retries - 1, 0)
                 )
-                ctx.notify("retry", f"{verdict.why} - retrying in {delay:.1f} s", "info")
+                again = "continuing the answer from where it stopped" if outcome.partial else "retrying"
+                ctx.notify("retry", f"{verdict.why} - {again} in {delay:.1f} s", "info")
                 yield Sleep(delay)
                 yield from answer.resume(ctx, outcome.partial, verdict.why, episode.level, stream)
                 continue

@@ -155,6 +155,37 @@ print("the session expanded @recall into a user message:", inline.is_recall, "-"
 print(session.archive.recall("<<ccr:0000000000000000>>").text)  # a wrong key is an answer, never an exception
 
 # %% [markdown]
+# ## Streaming the answer
+#
+# `session.stream(...)` runs the same turn as `send` (pre-flight, microcompact, recovery) and yields
+# the answer's text the moment the provider sends it. The dashboard follows the session's events, so
+# it moves while the answer arrives: every text delta is a `StreamEvent` with the answer's size so
+# far. *Simulator only:* the connection drops after the first pieces; the session asks the model to
+# continue from where it stopped, so the reader sees every sentence once and the printed text is
+# exactly `reply.text`.
+
+# %%
+from IPython.display import display
+
+from contextkit.widgets import Dashboard
+
+dashboard = Dashboard(session)
+display(dashboard)
+live = []  # what an observer sees while the answer streams in
+unsubscribe = session.events.subscribe(lambda e: live.append(e) if e.type == "stream" else None)
+if not PROVIDER:
+    gw.fail_next("stream_drop")  # simulator only: cut the stream after its first pieces
+stream = session.stream("In a few sentences, what do the files you read have in common? [[long:120]]")
+for delta in stream:
+    print(delta, end="", flush=True)
+print()
+unsubscribe()
+deltas = [e for e in live if e.kind == "delta"]
+print(f"\n{len(deltas)} deltas; the answer grew to {deltas[-1].tokens_so_far} tokens while it streamed")
+print("continued after:", [e.reason for e in live if e.kind == "continuation"])
+print("what was shown is reply.text:", stream.text == stream.reply.text)
+
+# %% [markdown]
 # ## The archive browser
 #
 # Entries (key, kind, origin, size), a search box backed by `recall_context`, the original content
@@ -196,4 +227,5 @@ except RecallValidationError as err:
 
 # %%
 browser.close()
+dashboard.close()
 gw.stop()
