@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from contextkit.effects import CallModel, ModelReply, Reply, StreamNote
 from contextkit.events import EventLog, StreamEvent
-from contextkit.flow import emit_history, turn_flow
+from contextkit.flow import turn_flow
 from contextkit.messages import Message
 from contextkit.sizing import text_tokens
 
@@ -115,13 +115,12 @@ class _Outcome:
 
 
 class _Turn:
-    """One streamed turn, as both drivers run it: its flow, what the reader was shown, its undo."""
+    """One streamed turn, as both drivers run it: its flow and what the reader was shown."""
 
     def __init__(self, session: Session, messages: list[Message], max_rounds: int, out: _Outcome) -> None:
         state = session._state
         self.session = session
         self.out = out
-        self.before = list(state.history)
         self.ctx = session._context()
         self.tap = StreamTap(session.events, session.session_id, state.turn, session.model)
         self.flow = turn_flow(self.ctx, messages, stream=True, max_rounds=max_rounds)
@@ -151,15 +150,14 @@ class _Turn:
             return [self.relay(value.content)]  # re-sent unstreamed after an empty stream
         return []
 
-    def cancel(self) -> None:
-        """The reader stopped: the flow ends where it is and the history is as before the turn."""
-        self.out.cancelled = True
-        self.flow.close()
-        state = self.session._state
-        state.history = self.before
-        state.max_tokens = None
-        emit_history(self.ctx, "cancelled")
-        self.tap.cancelled()
+    def stopped(self, exc: BaseException) -> None:
+        """Something escaped the driver. The flow has already rolled the turn back (a turn is a
+        transaction: ``Session._closing`` hands the exception to the flow, which restores the history
+        as it was before the turn). The reader stopping - the iterator closed, the task cancelled,
+        Ctrl-C - is also a ``cancelled`` stream event."""
+        if isinstance(exc, GeneratorExit | KeyboardInterrupt | asyncio.CancelledError):
+            self.out.cancelled = True
+            self.tap.cancelled()
 
 
 class _StreamBase:
@@ -264,24 +262,25 @@ def _run(session: Session, messages: list[Message], max_rounds: int, out: _Outco
         turn = _Turn(session, messages, max_rounds, out)
         value: Any = None
         try:
-            while (effect := turn.advance(value)) is not None:
-                if isinstance(effect, CallModel) and effect.stream:
-                    deltas = runner.stream_model(effect)
-                    try:
-                        while True:  # not `yield from`: each delta is relayed (event, text) first
-                            try:
-                                delta = next(deltas)
-                            except StopIteration as stop:
-                                value = stop.value
-                                break
-                            yield turn.relay(delta)
-                    finally:
-                        deltas.close()  # the reader stopped: hang up on the provider first
-                    continue
-                value = runner.call_model(effect) if isinstance(effect, CallModel) else runner.run_one(effect)
-                yield from turn.shown(effect, value)
-        except GeneratorExit:
-            turn.cancel()
+            with session._closing(turn.flow):
+                while (effect := turn.advance(value)) is not None:
+                    if isinstance(effect, CallModel) and effect.stream:
+                        deltas = runner.stream_model(effect)
+                        try:
+                            while True:  # not `yield from`: each delta is relayed (event, text) first
+                                try:
+                                    delta = next(deltas)
+                                except StopIteration as stop:
+                                    value = stop.value
+                                    break
+                                yield turn.relay(delta)
+                        finally:
+                            deltas.close()  # the reader stopped: hang up on the provider first
+                        continue
+                    value = runner.call_model(effect) if isinstance(effect, CallModel) else runner.run_one(effect)
+                    yield from turn.shown(effect, value)
+        except BaseException as exc:
+            turn.stopped(exc)
             raise
 
 
@@ -293,24 +292,25 @@ async def _arun(session: Session, messages: list[Message], max_rounds: int, out:
             turn = _Turn(session, messages, max_rounds, out)
             value: Any = None
             try:
-                while (effect := turn.advance(value)) is not None:
-                    if isinstance(effect, CallModel) and effect.stream:
-                        deltas = runner.astream_model(effect)
-                        try:
-                            async for item in deltas:
-                                if isinstance(item, str):
-                                    yield turn.relay(item)
-                                else:
-                                    value = item  # the outcome comes last
-                        finally:
-                            await deltas.aclose()
-                        continue
-                    if isinstance(effect, CallModel):
-                        value = await runner.acall_model(effect)
-                    else:
-                        value = await runner.arun_one(effect)
-                    for text in turn.shown(effect, value):
-                        yield text
-            except (GeneratorExit, asyncio.CancelledError):
-                turn.cancel()
+                with session._closing(turn.flow):
+                    while (effect := turn.advance(value)) is not None:
+                        if isinstance(effect, CallModel) and effect.stream:
+                            deltas = runner.astream_model(effect)
+                            try:
+                                async for item in deltas:
+                                    if isinstance(item, str):
+                                        yield turn.relay(item)
+                                    else:
+                                        value = item  # the outcome comes last
+                            finally:
+                                await deltas.aclose()
+                            continue
+                        if isinstance(effect, CallModel):
+                            value = await runner.acall_model(effect)
+                        else:
+                            value = await runner.arun_one(effect)
+                        for text in turn.shown(effect, value):
+                            yield text
+            except BaseException as exc:
+                turn.stopped(exc)
                 raise

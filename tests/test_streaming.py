@@ -18,7 +18,7 @@ from histories import pasted_history, read_history
 from contextkit import Limits
 from contextkit.archive import Archive
 from contextkit.errors import ProviderError
-from contextkit.events import Event, RequestEvent, StreamEvent
+from contextkit.events import Event, NoticeEvent, RequestEvent, StreamEvent
 from contextkit.messages import Message
 from contextkit.policy.expand import expand_markers
 from contextkit.session import Session
@@ -236,6 +236,37 @@ def test_length_cut_is_continued_after_the_first_part(loop: str) -> None:
 
 
 @pytest.mark.parametrize("loop", LOOPS)
+def test_a_stream_that_keeps_failing_after_partial_text_leaves_no_trace(loop: str) -> None:
+    """A turn is a transaction when it streams too: the partial answers and continuation prompts
+    the failed turn added are gone, the history is as before the turn, and the next turn works."""
+    with GatewaySimulator() as gw:
+        session = make_session(gw)
+        session.send("first question")
+        before = session.history
+        gw.fail_next("stream_drop", times=3)  # the request and both continuations drop mid-way
+        shown: list[str] = []
+        with pytest.raises(ProviderError):
+            if loop == "stream":
+                shown.extend(session.stream("[[long:300]] write it all"))
+            else:
+
+                async def run() -> None:
+                    async for delta in session.astream("[[long:300]] write it all"):
+                        shown.append(delta)
+
+                asyncio.run(run())
+        assert [r.reason for r in gw.requests][1:] == ["fault:stream_drop"] * 3
+        assert session.history == before
+        assert long_text(300).startswith("".join(shown)) and shown  # the reader saw the text once, in order
+        notices = [e.code for e in session.events if isinstance(e, NoticeEvent)]
+        assert notices.count("turn_failed") == 1 and "turn_cancelled" not in notices
+        assert not stream_events(session, "cancelled") and len(stream_events(session, "continuation")) == 2
+        assert session.send("and now?").text
+    assert [m.role for m in session.history] == ["user", "assistant", "user", "assistant"]
+    no_partials_left(session)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
 def test_refused_continuation_voids_the_partial_with_a_marker(loop: str) -> None:
     with GatewaySimulator(refuse_continuation=True) as gw:
         session = make_session(gw)
@@ -381,6 +412,8 @@ def test_cancelling_closes_the_provider_stream_and_undoes_the_turn(how: str) -> 
         assert gate.timed_out == 0
         cancelled = stream_events(session, "cancelled")
         assert len(cancelled) == 1 and cancelled[0].chars_so_far > 0
+        notices = [e.code for e in session.events if isinstance(e, NoticeEvent)]
+        assert notices.count("turn_cancelled") == 1 and "turn_failed" not in notices  # the flow rolled back
         assert session.send("and now?").text  # the session is free again
     assert [m.role for m in session.history] == ["system", "user", "assistant", "user", "assistant"]
 
