@@ -116,6 +116,7 @@ WRITER_CHILD = PRELUDE + textwrap.dedent(
 
 SAVER_CHILD = PRELUDE + textwrap.dedent(
     """
+    import os
     import sys
     from pathlib import Path
     from contextkit import Limits
@@ -131,7 +132,8 @@ SAVER_CHILD = PRELUDE + textwrap.dedent(
     while True:
         session.add_messages([{"role": "user", "content": f"message {n}\\n" + big}])
         session.save(d / "session.json")
-        (d / "saved_count").write_text(str(n + 1))
+        (d / "saved_count.tmp").write_text(str(n + 1))
+        os.replace(d / "saved_count.tmp", d / "saved_count")  # the parent never reads a half-written count
         n += 1
     """
 )
