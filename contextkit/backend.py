@@ -113,6 +113,63 @@ def provider_finished(stream: Any) -> bool | None:
 _MISSING = object()
 
 
+def cache_usage(usage: Any) -> tuple[int, int]:
+    """(cached prompt tokens read, prompt tokens written to the cache) from litellm's usage object.
+
+    litellm normalises providers into one shape: OpenAI's ``prompt_tokens_details.cached_tokens``;
+    Anthropic's ``cache_read_input_tokens`` / ``cache_creation_input_tokens`` (also mirrored into
+    ``prompt_tokens_details``). In both, ``prompt_tokens`` is the whole prompt, cached part included.
+    """
+    if usage is None:
+        return 0, 0
+    details = getattr(usage, "prompt_tokens_details", None)
+    read = _int(getattr(details, "cached_tokens", None)) or _int(getattr(usage, "cache_read_input_tokens", None))
+    written = _int(getattr(usage, "cache_creation_input_tokens", None)) or _int(
+        getattr(details, "cache_creation_tokens", None)
+    )
+    return read, written
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def request_cost(
+    model: str, *, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0, cache_write_tokens: int = 0
+) -> float:
+    """Dollars for one request priced as ``model`` by litellm's cost map, cache prices included
+    (``cache_read_input_token_cost`` for cached tokens, ``cache_creation_input_token_cost`` for
+    written ones; the plain input price where the map has none). 0.0 for models it does not price."""
+    from litellm.types.utils import Usage
+
+    usage = Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+        prompt_tokens_details={"cached_tokens": cached_tokens, "cache_creation_tokens": cache_write_tokens},
+        cache_read_input_tokens=cached_tokens,
+        cache_creation_input_tokens=cache_write_tokens,
+    )
+    try:
+        prompt_cost, completion_cost_ = litellm().cost_per_token(model=model, usage_object=usage)
+    except Exception:  # noqa: BLE001 - unpriced models raise
+        return 0.0
+    return float(prompt_cost + completion_cost_)
+
+
+def is_priced(model: str) -> bool:
+    """Whether litellm's cost map has input prices for ``model`` (a ``price_as`` candidate)."""
+    return bool(model_info(model).get("input_cost_per_token"))
+
+
+def provider_of(model: str) -> str:
+    """litellm's provider for a model string (``anthropic``, ``openai``, ``bedrock`` ...); '' if unknown."""
+    try:
+        return str(litellm().get_llm_provider(model)[1] or "")
+    except Exception:  # noqa: BLE001 - unknown prefixes raise
+        return ""
+
+
 def stream_chunk_builder(chunks: list[Any], messages: list[dict[str, Any]] | None = None) -> Any:
     """Rebuild a full response from streamed chunks (litellm's builder)."""
     return litellm().stream_chunk_builder(chunks, messages=messages)

@@ -34,8 +34,10 @@ class EffectRunner:
         tools: Mapping[str, Tool],
         summarizer: Summarizer,
         request_timeout: float,
+        price_as: str | None = None,
     ) -> None:
         self.model = model
+        self.price_as = price_as  # price replies as this litellm model (e.g. the simulator as a real one)
         self._kwargs = dict(litellm_kwargs)
         self._tools = tools
         self.summarizer = summarizer
@@ -123,7 +125,7 @@ class EffectRunner:
         except Exception as exc:  # noqa: BLE001 - classified by the flow
             _annotate(exc, effect.bytes)
             return ModelFailure(exc, "", time.monotonic() - started)
-        return parse_reply(response, self.model, time.monotonic() - started)
+        return parse_reply(response, self.model, time.monotonic() - started, price_as=self.price_as)
 
     def stream_model(
         self, effect: CallModel, on_delta: Callable[[str], None] | None = None
@@ -171,7 +173,7 @@ class EffectRunner:
         except Exception as exc:  # noqa: BLE001 - classified by the flow
             _annotate(exc, effect.bytes)
             return ModelFailure(exc, "", time.monotonic() - started)
-        return parse_reply(response, self.model, time.monotonic() - started)
+        return parse_reply(response, self.model, time.monotonic() - started, price_as=self.price_as)
 
     async def astream_model(self, effect: CallModel) -> AsyncGenerator[str | ModelReply | ModelFailure, None]:
         """Async ``stream_model``: yields each text delta, then the outcome as the last item.
@@ -207,7 +209,7 @@ class EffectRunner:
         """The outcome of a stream read to its end; an empty stream is a failure, not an empty answer."""
         latency = time.monotonic() - started
         response = backend.stream_chunk_builder(chunks, messages=effect.messages) if chunks else None
-        reply = parse_reply(response, self.model, latency) if response is not None else None
+        reply = parse_reply(response, self.model, latency, price_as=self.price_as) if response is not None else None
         if reply is not None and (reply.content or reply.tool_calls or backend.provider_finished(stream) is True):
             return reply
         error = ProviderError(
@@ -278,8 +280,9 @@ def _delta_text(chunk: Any) -> str:
         return ""
 
 
-def parse_reply(response: Any, model: str, latency: float) -> ModelReply:
-    """A litellm response as the flow's ``ModelReply``."""
+def parse_reply(response: Any, model: str, latency: float, *, price_as: str | None = None) -> ModelReply:
+    """A litellm response as the flow's ``ModelReply``: text, calls, usage with the prompt-cache split,
+    and cost from litellm's cost map (as ``price_as`` when given, cache read/write prices included)."""
     choice = response.choices[0]
     message = choice.message
     calls = tuple(
@@ -287,13 +290,25 @@ def parse_reply(response: Any, model: str, latency: float) -> ModelReply:
         for c in (getattr(message, "tool_calls", None) or ())
     )
     usage = getattr(response, "usage", None)
+    prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+    completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+    cached, written = backend.cache_usage(usage)
+    if price_as:
+        cost = backend.request_cost(
+            price_as, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+            cached_tokens=cached, cache_write_tokens=written,
+        )  # fmt: skip
+    else:
+        cost = backend.completion_cost(response, model)
     return ModelReply(
         content=message.content or "",
         tool_calls=calls,
         finish_reason=str(choice.finish_reason or "stop"),
-        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-        cost=backend.completion_cost(response, model),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cost=cost,
         reasoning=getattr(message, "reasoning_content", None),
         latency_s=latency,
+        cached_prompt_tokens=cached,
+        cache_write_tokens=written,
     )

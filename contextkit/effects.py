@@ -29,6 +29,8 @@ class ModelReply:
     cost: float = 0.0
     reasoning: str | None = None
     latency_s: float = 0.0
+    cached_prompt_tokens: int = 0  # part of prompt_tokens the provider read from its prompt cache
+    cache_write_tokens: int = 0  # part of prompt_tokens the provider wrote to it (Anthropic bills them)
 
 
 @dataclass(frozen=True)

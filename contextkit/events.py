@@ -58,6 +58,10 @@ class RequestEvent(Event):
     prefix_shared_bytes: int = 0  # shared prefix with the previous request body (S10.2)
     prefix_share: float | None = None  # shared / previous body length; None for the first request
     purpose: str = "turn"  # turn | summary | continuation | probe (re-sent unstreamed after an empty stream)
+    # Prompt cache (issue 14), as the provider reported it through litellm's usage object:
+    cached_prompt_tokens: int = 0  # part of prompt_tokens read from the provider's prompt cache
+    cache_write_tokens: int = 0  # part of prompt_tokens written to it (Anthropic bills writes 1.25x)
+    append_only: bool | None = None  # the previous request body is a prefix of this one; None: first request
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -151,6 +151,7 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
         if st.max_tokens:
             params["max_tokens"] = st.max_tokens
         sample = ctx.probe.feed(body)
+        st.stats.cache_breaks += sample.cache_break
         purpose = "continuation" if answer.parts else "turn"
         call = CallModel(wire, ctx.tools or None, params, sent.bytes, sent.tokens, stream=stream, purpose=purpose)
         outcome, failure = yield from _request(ctx, call, sent, episode.level, len(turn.attempts) + 1, sample)
@@ -233,6 +234,8 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
         st.stats.prompt_tokens += outcome.prompt_tokens
         st.stats.completion_tokens += outcome.completion_tokens
         st.stats.cost += outcome.cost
+        st.stats.cached_prompt_tokens += outcome.cached_prompt_tokens
+        st.stats.cache_write_tokens += outcome.cache_write_tokens
         turn.attempts.append(
             {"outcome": "ok", "level": episode.level, "bytes": sent.bytes, "finish_reason": outcome.finish_reason}
         )
@@ -481,6 +484,9 @@ def _record_request(
             prefix_shared_bytes=sample.shared_bytes,
             prefix_share=sample.share,
             purpose=purpose,
+            cached_prompt_tokens=outcome.cached_prompt_tokens if ok else 0,
+            cache_write_tokens=outcome.cache_write_tokens if ok else 0,
+            append_only=sample.append_only,
         )
     )
 

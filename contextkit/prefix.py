@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PrefixProbe", "PrefixSample", "shared_prefix"]
+__all__ = ["PrefixProbe", "PrefixSample", "is_append_only", "shared_prefix"]
 
 _CHUNK = 1 << 16  # 64 KiB: big enough that the scan is memcmp-bound, small enough to bound the search
 
@@ -67,6 +67,25 @@ class PrefixSample:
     share: float | None
     body_bytes: int
     previous_bytes: int | None
+    append_only: bool | None = None  # the previous body, still open, is a prefix of this one
+
+    @property
+    def cache_break(self) -> bool:
+        """This request does not extend the previous one: a provider's prompt cache is lost from
+        the first differing byte on (False for the first request)."""
+        return self.append_only is False
+
+
+def _closing(body: bytes) -> int:
+    """Bytes that close a JSON body's trailing list (``]}`` of ``{"tools": ..., "messages": [...]}``):
+    a request that appends messages differs from the previous one only from there on."""
+    return 2 if body.endswith(b"]}") else 0
+
+
+def is_append_only(prev_body: bytes | str, body: bytes | str) -> bool:
+    """Whether ``body`` extends ``prev_body`` (equal, or more list items appended before its close)."""
+    prev = bytes(_as_bytes(prev_body, "prev_body"))
+    return shared_prefix(prev, body) >= len(prev) - _closing(prev)
 
 
 class PrefixProbe:
@@ -87,7 +106,13 @@ class PrefixProbe:
             return PrefixSample(shared_bytes=0, share=None, body_bytes=len(data), previous_bytes=None)
         shared = shared_prefix(previous, data)
         share = shared / len(previous) if previous else None
-        return PrefixSample(shared_bytes=shared, share=share, body_bytes=len(data), previous_bytes=len(previous))
+        return PrefixSample(
+            shared_bytes=shared,
+            share=share,
+            body_bytes=len(data),
+            previous_bytes=len(previous),
+            append_only=shared >= len(previous) - _closing(previous),
+        )
 
     __call__ = feed
 

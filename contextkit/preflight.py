@@ -19,10 +19,10 @@ from contextkit.learning import announce_window, learn_cap
 from contextkit.markers import marker
 from contextkit.messages import Message, newest_request_index
 from contextkit.policy.budgets import enforce_tool_result_budgets
-from contextkit.policy.microcompact import MicrocompactConfig, microcompact
+from contextkit.policy.microcompact import MicrocompactConfig
 from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, original_of
 from contextkit.policy.pairing import repair_tool_pairing
-from contextkit.policy.trim import dedup_repeated_reads
+from contextkit.policy.pressure import PressureConfig, relieve_pressure
 from contextkit.sizing import MB, Measure, dumps, format_size, message_bytes, request_bytes
 from contextkit.summarizer import SummaryRequest, SummaryResponse
 
@@ -61,15 +61,35 @@ def byte_budget(ctx: FlowContext, m: Measure, ratio: float | None = None) -> int
 
 
 def turn_boundary(ctx: FlowContext) -> None:
-    """Microcompact and read dedup on the persistent history (no LLM)."""
+    """No-LLM rewrites of the persistent history, cache-aware (issue 14).
+
+    Tool-result budgets cap a result when it arrives, before it is ever sent (the budgets are
+    idempotent, so results already sent are not touched again). Read dedup and microcompact act
+    only under pressure, in one batched step (``policy/pressure.py``): below the trigger the
+    request is append-only and the provider's prompt cache survives.
+    """
     st = ctx.state
-    history, mc = microcompact(st.history, archive=ctx.archive, config=MicrocompactConfig.from_limits(st.limits))
-    if mc.changed:
-        ctx.notify("microcompact", mc.describe(), "info")
-    history, dd = dedup_repeated_reads(history, archive=ctx.archive)
-    if dd.changed:
-        ctx.notify("dedup", dd.describe(), "info")
-    if mc.changed or dd.changed:
+    history, budget = enforce_tool_result_budgets(
+        st.history, archive=ctx.archive, turn_budget=st.turn_budget, per_result=st.per_result_budget
+    )
+    if budget.changed:
+        ctx.notify("budget", budget.describe(), "info")
+    history, report = relieve_pressure(
+        history,
+        archive=ctx.archive,
+        measure=lambda h: measure(ctx, h),
+        window=st.context_window,
+        cap=st.cap,
+        config=PressureConfig.from_limits(st.limits),
+        micro=MicrocompactConfig.from_limits(st.limits),
+    )
+    if report.microcompact.changed:
+        ctx.notify("microcompact", report.microcompact.describe(), "info")
+    if report.dedup.changed:
+        ctx.notify("dedup", report.dedup.describe(), "info")
+    if report.acted and report.reason == "applied":
+        ctx.notify("pressure", report.describe() + " - the prompt cache restarts at the first rewritten result", "info")
+    if budget.changed or report.changed:
         st.history = history
         emit_history(ctx, "microcompact")
 
@@ -261,7 +281,8 @@ def summarizer_window(ctx: FlowContext) -> int | None:
 
 
 def outgoing(ctx: FlowContext) -> tuple[list[Message], Measure]:
-    """The request copy: pairing repaired, tool-result budgets applied (persistent history keeps full results)."""
+    """The request copy: pairing repaired. Tool-result budgets were applied when each result arrived
+    (``turn_boundary``), so the copy is the history itself and never rewrites a message already sent."""
     st = ctx.state
     repaired, report = repair_tool_pairing(st.history, archive=ctx.archive)
     if report.changed:
@@ -270,9 +291,7 @@ def outgoing(ctx: FlowContext) -> tuple[list[Message], Measure]:
         ctx.notify(
             "pairing", report.describe() + (f"; removed results archived as {archived}" if archived else ""), "info"
         )
-    out, _ = enforce_tool_result_budgets(
-        st.history, archive=ctx.archive, turn_budget=st.turn_budget, per_result=st.per_result_budget
-    )
+    out = list(st.history)
     return out, measure(ctx, out)
 
 

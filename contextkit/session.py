@@ -68,6 +68,10 @@ class Session:
 
     ``Session(model, system=..., limits=Limits(max_payload="128KB"), archive=..., tools=[fn, ...],
     api_base=..., api_key=...)``. Any other keyword goes to litellm unchanged.
+
+    ``price_as="anthropic/claude-sonnet-4-5"`` prices every request as that model from litellm's cost
+    map (cache reads and writes at their own prices), so runs against the simulator give real-money
+    figures.
     """
 
     def __init__(
@@ -82,10 +86,17 @@ class Session:
         status: StatusSink | bool | None = True,
         on_flush: Any = "workbench",
         events: EventLog | None = None,
+        price_as: str | None = None,
         **litellm_kwargs: Any,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ConfigError("model must be a litellm model string such as 'openai/gpt-4o-mini'")
+        if price_as is not None and (not isinstance(price_as, str) or not backend.is_priced(price_as)):
+            raise ConfigError(
+                f"price_as={price_as!r} is not a model litellm's cost map prices; use one such as "
+                "'anthropic/claude-sonnet-4-5' or 'gpt-4.1', or leave it out to price the session's own model"
+            )
+        self.price_as = price_as
         self.model = model
         self.session_id = session_id or uuid.uuid4().hex[:12]
         self.limits = limits if limits is not None else Limits.from_env()
@@ -133,12 +144,15 @@ class Session:
         summary_model = self.limits.compact_model or model
         summary_kwargs = self._litellm_kwargs if summary_model == model else {}
         self.summarizer = LiteLLMSummarizer(summary_model, timeout=self.limits.summary_timeout, **summary_kwargs)
+        if summary_model == model:
+            self.summarizer.price_as = price_as
         self._runner = EffectRunner(
             model,
             self._litellm_kwargs,
             tools=self._tools,
             summarizer=self.summarizer,
             request_timeout=self.limits.request_timeout,
+            price_as=price_as,
         )
 
     # read-only views ------------------------------------------------------------------------------

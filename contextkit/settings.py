@@ -33,6 +33,12 @@ def _env_int(env: Mapping[str, str], name: str, default: int | None, *, minimum:
     return value
 
 
+_ZERO_OK = {
+    "max_retries", "retry_backoff", "max_token_escalations", "cap_probe_turns",
+    "pressure_trigger", "pressure_target", "keep_tool_results", "clear_at_least",
+}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Limits:
     """Per-session limits. ``None`` for ``context_window`` means "from litellm's model info".
@@ -59,6 +65,15 @@ class Limits:
     preflight_ratio: float = 0.85
     preflight_budget_ratio: float = 0.40
     min_keep_recent: int = 8
+    # Pressure-gated rewrites (issue 14; contextkit/policy/pressure.py): read dedup and microcompact
+    # act only when the request reaches `pressure_trigger` of the window or the cap, never touch the
+    # last `keep_tool_results` tool results, and when they act they go down to `pressure_target` and
+    # must free at least `clear_at_least` (shares of the limit), so one prompt-cache break buys many
+    # append-only requests. pressure_trigger=0 restores rewriting on every request.
+    pressure_trigger: float = 0.60
+    pressure_target: float = 0.40
+    keep_tool_results: int = 2
+    clear_at_least: float = 0.10
     compact_model: str | None = None
     request_timeout: float = 120.0
     summary_timeout: float = 600.0
@@ -87,11 +102,18 @@ class Limits:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise ConfigError(f"Limits.{f.name} must be a finite number, got {value!r}")
-            if value < 0 or (
-                value == 0
-                and f.name not in {"max_retries", "retry_backoff", "max_token_escalations", "cap_probe_turns"}
-            ):
+            if value < 0 or (value == 0 and f.name not in _ZERO_OK):
                 raise ConfigError(f"Limits.{f.name} must be greater than zero, got {value!r}")
+        for name in ("pressure_trigger", "pressure_target", "clear_at_least"):
+            if getattr(self, name) > 1:
+                raise ConfigError(f"Limits.{name} is a share of the window or cap (0-1), got {getattr(self, name)!r}")
+        if not isinstance(self.keep_tool_results, int):
+            raise ConfigError(f"Limits.keep_tool_results must be a whole number, got {self.keep_tool_results!r}")
+        if self.pressure_trigger and self.pressure_target > self.pressure_trigger:
+            raise ConfigError(
+                f"Limits.pressure_target ({self.pressure_target}) must not exceed pressure_trigger "
+                f"({self.pressure_trigger}): a pass frees down to the target once the trigger is reached"
+            )
         if self.microcompact_summarize_turns < self.microcompact_truncate_turns:
             raise ConfigError(
                 "microcompact_summarize_turns must be >= microcompact_truncate_turns "

@@ -51,9 +51,17 @@ class SessionStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float = 0.0
+    cached_prompt_tokens: int = 0  # prompt tokens the provider served from its prompt cache
+    cache_write_tokens: int = 0
+    cache_breaks: int = 0  # requests whose previous request body was not a prefix (S10.2)
     retries: int = 0
     escalations: int = 0
     tool_calls: int = 0
+
+    @property
+    def cached_share(self) -> float | None:
+        """Share of prompt tokens served from the provider's prompt cache (None before any reply)."""
+        return self.cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens else None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

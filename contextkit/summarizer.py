@@ -87,6 +87,7 @@ class LiteLLMSummarizer:
         self.model = model
         self.timeout = float(timeout)
         self.kwargs = dict(litellm_kwargs)
+        self.price_as: str | None = None  # price summaries as this litellm model (see Session(price_as=))
 
     @property
     def window_tokens(self) -> int | None:
@@ -106,6 +107,19 @@ class LiteLLMSummarizer:
         timeout = min(request.timeout, self.timeout) if request.timeout else self.timeout
         return model, timeout
 
+    def _cost(self, response: Any, model: str) -> float:
+        from contextkit import backend
+
+        if not self.price_as:
+            return backend.completion_cost(response, model)
+        usage = getattr(response, "usage", None)
+        cached, written = backend.cache_usage(usage)
+        prompt_tokens, completion_tokens = _usage(response)
+        return backend.request_cost(
+            self.price_as, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+            cached_tokens=cached, cache_write_tokens=written,
+        )  # fmt: skip
+
     def _response(self, response: Any, model: str) -> SummaryResponse:
         from contextkit import backend
 
@@ -114,7 +128,7 @@ class LiteLLMSummarizer:
             text=_response_text(response),
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
-            cost=backend.completion_cost(response, model),
+            cost=self._cost(response, model),
             model=str(getattr(response, "model", "") or model),
         )
 

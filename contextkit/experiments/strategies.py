@@ -4,6 +4,9 @@
 * ``contextkit-no-microcompact`` — the same with microcompact effectively disabled.
 * ``contextkit-learned-cap`` — the full pipeline with no cap configured: it learns the cap from
   the first rejection.
+* ``contextkit-always-on`` — the full pipeline as it was before issue 14: microcompact and read
+  dedup rewrite old tool results on every request (``Limits(pressure_trigger=0)``), whatever the
+  pressure, so the provider's prompt cache breaks at nearly every request.
 * ``none`` — no management: the whole history on every request (``contextkit.backend.completion``).
 * ``sliding-window`` — the system messages plus the last ``SLIDING_WINDOW_MESSAGES`` messages,
   cut so no tool result loses its call.
@@ -37,7 +40,7 @@ SLIDING_WINDOW_MESSAGES = 8
 TRIM_RATIO = 0.75
 REQUEST_TIMEOUT = 30.0
 MAX_TOOL_ROUNDS = 8
-CONTEXTKIT_STRATEGIES = ("contextkit", "contextkit-no-microcompact", "contextkit-learned-cap")
+CONTEXTKIT_STRATEGIES = ("contextkit", "contextkit-no-microcompact", "contextkit-learned-cap", "contextkit-always-on")
 BASELINES = ("none", "sliding-window", "trim_messages")
 STRATEGIES = CONTEXTKIT_STRATEGIES + BASELINES
 
@@ -174,6 +177,8 @@ def _contextkit(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, ru
         limits["max_payload"] = gw.max_body
     if strategy == "contextkit-no-microcompact":
         limits.update(microcompact_truncate_turns=10**6, microcompact_summarize_turns=10**6)
+    if strategy == "contextkit-always-on":
+        limits.update(pressure_trigger=0.0)
     archive = Archive.in_memory(session_id=run_id)
     kwargs = sim.litellm_kwargs()
     session = Session(

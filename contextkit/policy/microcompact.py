@@ -8,12 +8,17 @@ Deviations from the source, on purpose (S13): a preview is recognised by its ban
 size), so it does become a one-liner once old enough, citing the original's key (no second archive)
 and describing the original; preserve_verbatim, recall output, summaries and synthetic results are
 never touched; the one-liner uses a bare ASCII hyphen.
+
+When microcompact runs is decided by its caller: under pressure only (``policy/pressure.py``), so
+that below the trigger the history stays append-only and the provider's prompt cache survives.
+``protect`` names messages it must leave verbatim (the last K tool results); ``clear_to_one_liner``
+is the escalation a pressure pass uses when aging alone does not reach its target.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,9 +102,33 @@ def is_candidate(message: Message) -> bool:
     return message.role == "user" and message.origin is not None and bool(message.origin.tool)
 
 
+def clear_to_one_liner(message: Message, *, archive: ArchiveSink, turn: int) -> tuple[Message, tuple[str, ...]] | None:
+    """``message`` as its one-line stub citing the archived original (and the keys newly archived);
+    None when it is one already, the archive refused, or the stub would not be shorter."""
+    content = message.content
+    if content.startswith(ONE_LINER_PREFIX):
+        return None
+    body, carried = split_suffix(content)
+    got = archive_original(archive, content, kind="tool_result", origin=_origin(message, turn))
+    if got is None:
+        return None
+    original = content
+    if carried:  # describe the original, not the stub
+        original = archive.get(carried[0]) or body
+    new = with_suffix(one_liner(original, message), got[0])
+    if len(new) >= len(content):
+        return None
+    return message.with_content(new), got[1]
+
+
 def microcompact(
-    history: Sequence[Message], *, archive: ArchiveSink, config: MicrocompactConfig | None = None
+    history: Sequence[Message],
+    *,
+    archive: ArchiveSink,
+    config: MicrocompactConfig | None = None,
+    protect: Collection[int] = (),
 ) -> tuple[list[Message], MicrocompactReport]:
+    """Age old tool results (previews, then one-liners); indices in ``protect`` are left verbatim."""
     cfg = config or MicrocompactConfig()
     tags = assistant_turns(history)
     total = tags[-1] if tags else 0
@@ -108,7 +137,7 @@ def microcompact(
     keys: list[str] = []
     for i, m in enumerate(history):
         age = total - tags[i]
-        if age < cfg.truncate_turns or not is_candidate(m):
+        if age < cfg.truncate_turns or i in protect or not is_candidate(m):
             continue
         content = m.content
         if content.startswith(ONE_LINER_PREFIX):
@@ -118,28 +147,22 @@ def microcompact(
         if not is_preview and len(content) < cfg.min_chars:
             continue
         if age >= cfg.summarize_turns:
-            got = archive_original(archive, content, kind="tool_result", origin=_origin(m, tags[i]))
-            if got is None:
+            cleared = clear_to_one_liner(m, archive=archive, turn=tags[i])
+            if cleared is None:
                 continue
-            original = content
-            if carried:  # describe the original, not the stub
-                original = archive.get(carried[0]) or body
-            new = with_suffix(one_liner(original, m), got[0])
+            out[i], fresh = cleared
             summarized += 1
-        elif is_preview:
-            continue
         else:
-            shorter = preview(body, cfg.head_chars, cfg.tail_chars)
+            shorter = None if is_preview else preview(body, cfg.head_chars, cfg.tail_chars)
             if shorter is None:
                 continue
             got = archive_original(archive, content, kind="tool_result", origin=_origin(m, tags[i]))
             if got is None:
                 continue
-            new = with_suffix(shorter, got[0])
+            out[i], fresh = m.with_content(with_suffix(shorter, got[0])), got[1]
             truncated += 1
-        keys.extend(got[1])
-        freed += len(content) - len(new)
-        out[i] = m.with_content(new)
+        keys.extend(fresh)
+        freed += len(content) - len(out[i].content)
     report = MicrocompactReport(truncated, summarized, freed, tuple(dict.fromkeys(keys)))
     return (out if report.changed else list(history)), report
 

@@ -11,7 +11,7 @@ with ``   N | `` numbered lines). Recall output and preserve_verbatim messages a
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from contextkit.markers import ArchiveSink, has_marker
@@ -149,7 +149,11 @@ class DedupReport:
         return f"trim: {self.superseded} superseded file reads cleared, {fmt_chars(self.chars_freed)} freed"
 
 
-def dedup_repeated_reads(history: Sequence[Message], *, archive: ArchiveSink) -> tuple[list[Message], DedupReport]:
+def dedup_repeated_reads(
+    history: Sequence[Message], *, archive: ArchiveSink, protect: Collection[int] = ()
+) -> tuple[list[Message], DedupReport]:
+    """Stub every read a later read covers; indices in ``protect`` stay verbatim (they still
+    supersede earlier reads)."""
     candidates = [
         (i, blocks) for i, m in enumerate(history) if _is_read_candidate(m) for blocks in [read_blocks(m)] if blocks
     ]
@@ -160,7 +164,7 @@ def dedup_repeated_reads(history: Sequence[Message], *, archive: ArchiveSink) ->
     keys: list[str] = []
     superseded = freed = 0
     for i, blocks in reversed(candidates):
-        if all(any(b.covered_by(x) for x in later.get(b.path, ())) for b in blocks):
+        if i not in protect and all(any(b.covered_by(x) for x in later.get(b.path, ())) for b in blocks):
             m = history[i]
             got = archive_original(archive, m.content, kind="read", origin=origin_of(m, reason="superseded read"))
             what = ", ".join(dict.fromkeys(b.describe() for b in blocks))

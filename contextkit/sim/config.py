@@ -38,6 +38,8 @@ class RequestRecord:
     body_sha256: str
     model: str
     ts: float
+    cached_tokens: int = 0  # prompt tokens read from the simulated prompt cache (sim/cache.py)
+    cache_write_tokens: int = 0  # prompt tokens newly written to it
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,9 @@ class SimConfig:
     # A deployment that refuses continuation requests (the prompt asking the model to resume a cut-off
     # answer) with a 400: a streamed answer interrupted mid-way can then not be continued.
     refuse_continuation: bool = False
+    prompt_cache: bool = True  # model a provider prefix cache and report it in usage (sim/cache.py)
+    cache_min_tokens: int = 1024
+    cache_ttl: float = 300.0
 
     def checked(self) -> SimConfig:
         """Validated and normalised copy (size strings become bytes)."""
@@ -74,6 +79,10 @@ class SimConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise ConfigError(f"{name} must be a positive int (tokens) or None, got {value!r}")
+        if isinstance(self.cache_min_tokens, bool) or not isinstance(self.cache_min_tokens, int) or self.cache_min_tokens < 1:
+            raise ConfigError(f"cache_min_tokens must be a positive int (tokens), got {self.cache_min_tokens!r}")
+        if self.cache_ttl < 0:
+            raise ConfigError(f"cache_ttl must be >= 0 seconds, got {self.cache_ttl!r}")
         if self.latency < 0 or self.timeout_sleep < 0:
             raise ConfigError("latency and timeout_sleep must be >= 0 seconds")
         if self.agent is not None and not isinstance(self.agent, AgentScript):

@@ -20,6 +20,7 @@ from typing import Any
 
 from contextkit.errors import ConfigError
 from contextkit.sim import faults, wire
+from contextkit.sim.cache import CacheUse, PromptCache
 from contextkit.sim.config import (
     CONFIG_KEYS,
     ERROR_TEXT,
@@ -49,6 +50,7 @@ class _Outcome:
     kind: str = "turn"
     sleep_then_drop: float = 0.0
     gate: StreamGate | None = None
+    cache: CacheUse | None = None
 
 
 class GatewaySimulator:
@@ -65,6 +67,7 @@ class GatewaySimulator:
         self._log: list[RequestRecord] = []
         self._bodies: dict[int, bytes] = {}
         self._seq = 0
+        self.cache = PromptCache(min_tokens=self._config.cache_min_tokens, ttl=self._config.cache_ttl)
         self.record_bodies = record_bodies
         self.host, self._port = host, port
         self._gate: StreamGate | None = None
@@ -142,6 +145,8 @@ class GatewaySimulator:
         """Change settings while running (thread-safe); returns the new config."""
         with self._lock:
             self._config = self._build(self._config, changes)
+            self.cache.min_tokens = self._config.cache_min_tokens
+            self.cache.ttl = self._config.cache_ttl
             return self._config
 
     @property
@@ -172,6 +177,11 @@ class GatewaySimulator:
             self._log.clear()
             self._bodies.clear()
             self._seq = 0
+        self.cache = PromptCache(min_tokens=fresh.cache_min_tokens, ttl=fresh.cache_ttl)
+
+    def clear_cache(self) -> None:
+        """Forget every cached prompt prefix (as if the provider's cache had expired)."""
+        self.cache.clear()
 
     def clear_faults(self) -> None:
         """Drop the faults no request has taken yet."""
@@ -232,6 +242,8 @@ class GatewaySimulator:
             seq=seq, route=route, path=path, bytes=len(body), tokens=out.tokens, status=status,
             accepted=out.reason == "ok", reason=out.reason, stream=out.stream, kind=out.kind,
             body_sha256=hashlib.sha256(body).hexdigest(), model=out.model, ts=time.time(),
+            cached_tokens=out.cache.read_tokens if out.cache else 0,
+            cache_write_tokens=out.cache.write_tokens if out.cache else 0,
         )  # fmt: skip
         with self._lock:
             self._log.append(rec)
@@ -253,7 +265,8 @@ class GatewaySimulator:
                 faults.bad_request(route, f"could not parse the request body: {exc}"), "bad request", kind=kind
             )
         stream = bool(data.get("stream"))
-        tokens = wire.count_tokens(conv, data)
+        blocks = wire.prompt_blocks(route, data)
+        tokens = wire.PRIMING_TOKENS + sum(b.tokens for b in blocks)
         is_summary = conv.is_summary  # parsed: only the last user message decides
         kind = "summary" if is_summary else "turn"
         out = _Outcome(wire.Response(), "ok", tokens, stream, str(data.get("model", "")), kind)
@@ -301,6 +314,12 @@ class GatewaySimulator:
         if fault == "length":
             limits.append(5)
         reply = _cap_reply(reply, min(limits) if limits else None)
+        if cfg.prompt_cache:  # the provider read the prompt: its prefix is cached from here on
+            anthropic = route == wire.ANTHROPIC
+            out.cache = self.cache.use(
+                blocks, namespace=f"{route}:{out.model}", breakpoints=anthropic,
+                priming=wire.PRIMING_TOKENS, granularity=1 if anthropic else 128,
+            )  # fmt: skip
         out.response = self._render(route, reply, out, fault, seq)
         if stream and kind == "turn":
             with self._lock:
@@ -318,9 +337,9 @@ class GatewaySimulator:
         model = out.model or SIM_MODEL
         if not out.stream:
             render = wire.anthropic_reply if route == wire.ANTHROPIC else wire.openai_reply
-            return wire.json_response(200, render(reply, model, out.tokens, seq))
+            return wire.json_response(200, render(reply, model, out.tokens, seq, out.cache))
         stream = wire.anthropic_stream if route == wire.ANTHROPIC else wire.openai_stream
-        chunks = list(stream(reply, model, out.tokens, seq))
+        chunks = list(stream(reply, model, out.tokens, seq, out.cache))
         if fault in STREAM_FAULTS:
             head = chunks[: max(2, min(5, len(chunks) - 3))]
             tail = [wire.stream_error_event(route)] if fault == "stream_error" else []

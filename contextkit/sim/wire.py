@@ -7,12 +7,15 @@ of the simulator is that litellm maps them to the same exceptions it would raise
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from contextkit.sim.cache import CacheUse, PromptBlock
 from contextkit.sim.model import Conversation, Reply, SimCall, SimMessage
 from contextkit.sizing import text_tokens
 
@@ -101,21 +104,107 @@ def parse_anthropic(body: Mapping[str, Any]) -> Conversation:
     return Conversation(tuple(msgs), tools)
 
 
+PRIMING_TOKENS = 3  # once per request, for the reply
+
+
+def message_tokens(m: SimMessage) -> int:
+    """3 per message + its text, images and tool calls (OpenAI's cookbook counting, like litellm)."""
+    tokens = 3 + text_tokens(m.text) + m.images * IMAGE_TOKENS
+    return tokens + sum(text_tokens(c.name) + text_tokens(c.arguments) for c in m.tool_calls)
+
+
 def count_tokens(conv: Conversation, body: Mapping[str, Any]) -> int:
     """Prompt tokens the way OpenAI's cookbook (and litellm) count them: 3 per message + 3 priming."""
-    total = 3
-    for m in conv.messages:
-        total += 3 + text_tokens(m.text) + m.images * IMAGE_TOKENS
-        total += sum(text_tokens(c.name) + text_tokens(c.arguments) for c in m.tool_calls)
+    total = PRIMING_TOKENS + sum(message_tokens(m) for m in conv.messages)
     if body.get("tools"):
         total += text_tokens(json.dumps(body["tools"]))
     return total
 
 
+# prompt-cache blocks -------------------------------------------------------------------------
+
+_TOKEN_MEMO: dict[str, int] = {}  # block digest -> tokens: a long history is tokenised once, not per request
+_TOKEN_MEMO_MAX = 20_000
+_memo_lock = threading.Lock()
+
+
+def _without_cache_control(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {k: _without_cache_control(v) for k, v in obj.items() if k != "cache_control"}
+    if isinstance(obj, list):
+        return [_without_cache_control(v) for v in obj]
+    return obj
+
+
+def _has_cache_control(obj: Any) -> bool:
+    if isinstance(obj, Mapping):
+        return "cache_control" in obj or any(_has_cache_control(v) for v in obj.values())
+    if isinstance(obj, list):
+        return any(_has_cache_control(v) for v in obj)
+    return False
+
+
+def prompt_blocks(route: str, body: Mapping[str, Any]) -> list[PromptBlock]:
+    """The request as cacheable blocks in the provider's order: tools, (Anthropic) system, messages.
+
+    Their tokens plus ``PRIMING_TOKENS`` equal ``count_tokens`` of the same body."""
+    pieces: list[tuple[str, Any, Callable[[], int]]] = []
+    tools = body.get("tools") or []
+    if tools:
+        pieces.append(("tools", tools, lambda: text_tokens(json.dumps(tools))))
+    if route == ANTHROPIC:
+        system = body.get("system")
+        if system:
+            pieces.append(("system", system, lambda: message_tokens(SimMessage("system", _text_of(system)[0]))))
+    parse = parse_anthropic if route == ANTHROPIC else parse_openai
+    for raw in body.get("messages") or []:
+        pieces.append(("message", raw, lambda raw=raw: sum(message_tokens(m) for m in parse({"messages": [raw]}).messages)))
+    blocks: list[PromptBlock] = []
+    chain = hashlib.sha256(route.encode())
+    for kind, obj, tokens_of in pieces:
+        canonical = json.dumps([kind, _without_cache_control(obj)], sort_keys=True, ensure_ascii=False)
+        own = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+        with _memo_lock:
+            tokens = _TOKEN_MEMO.get(own)
+        if tokens is None:
+            tokens = tokens_of()
+            with _memo_lock:
+                if len(_TOKEN_MEMO) >= _TOKEN_MEMO_MAX:
+                    _TOKEN_MEMO.clear()
+                _TOKEN_MEMO[own] = tokens
+        chain.update(own.encode())
+        blocks.append(PromptBlock(chain.hexdigest(), tokens, _has_cache_control(obj)))
+    return blocks
+
+
 # replies -----------------------------------------------------------------------------------
 
 
-def openai_reply(reply: Reply, model: str, prompt_tokens: int, seq: int) -> dict[str, Any]:
+def openai_usage(prompt_tokens: int, completion_tokens: int, cache: CacheUse | None) -> dict[str, Any]:
+    """OpenAI's usage object; with a prompt cache, ``prompt_tokens_details.cached_tokens`` (a part of
+    ``prompt_tokens``, as OpenAI reports it)."""
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    if cache is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cache.read_tokens, "audio_tokens": 0}
+    return usage
+
+
+def anthropic_usage(prompt_tokens: int, cache: CacheUse | None) -> dict[str, int]:
+    """Anthropic's input usage: ``input_tokens`` excludes what was read from or written to the cache."""
+    if cache is None:
+        return {"input_tokens": prompt_tokens}
+    return {
+        "input_tokens": prompt_tokens - cache.read_tokens - cache.write_tokens,
+        "cache_creation_input_tokens": cache.write_tokens,
+        "cache_read_input_tokens": cache.read_tokens,
+    }
+
+
+def openai_reply(reply: Reply, model: str, prompt_tokens: int, seq: int, cache: CacheUse | None = None) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
     if reply.tool_calls:
         message["tool_calls"] = [
@@ -129,18 +218,16 @@ def openai_reply(reply: Reply, model: str, prompt_tokens: int, seq: int) -> dict
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": reply.finish}],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion,
-            "total_tokens": prompt_tokens + completion,
-        },
+        "usage": openai_usage(prompt_tokens, completion, cache),
     }
 
 
 _STOP_REASON = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
 
-def anthropic_reply(reply: Reply, model: str, prompt_tokens: int, seq: int) -> dict[str, Any]:
+def anthropic_reply(
+    reply: Reply, model: str, prompt_tokens: int, seq: int, cache: CacheUse | None = None
+) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     if reply.text:
         content.append({"type": "text", "text": reply.text})
@@ -154,7 +241,7 @@ def anthropic_reply(reply: Reply, model: str, prompt_tokens: int, seq: int) -> d
         "content": content,
         "stop_reason": _STOP_REASON[reply.finish],
         "stop_sequence": None,
-        "usage": {"input_tokens": prompt_tokens, "output_tokens": text_tokens(reply.text)},
+        "usage": anthropic_usage(prompt_tokens, cache) | {"output_tokens": text_tokens(reply.text)},
     }
 
 
@@ -167,7 +254,9 @@ def _sse(data: Any, event: str | None = None) -> bytes:
     return f"{head}data: {json.dumps(data)}\n\n".encode()
 
 
-def openai_stream(reply: Reply, model: str, prompt_tokens: int, seq: int) -> Iterator[bytes]:
+def openai_stream(
+    reply: Reply, model: str, prompt_tokens: int, seq: int, cache: CacheUse | None = None
+) -> Iterator[bytes]:
     """Chat-completion chunks; the terminal ``[DONE]`` comes last (``stream_drop`` cuts before it)."""
     base = {"id": f"chatcmpl-sim{seq}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
 
@@ -184,19 +273,16 @@ def openai_stream(reply: Reply, model: str, prompt_tokens: int, seq: int) -> Ite
         for piece in _pieces(c.arguments, 20):
             yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
     yield chunk({}, reply.finish)
-    completion = text_tokens(reply.text)
-    usage = {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion,
-        "total_tokens": prompt_tokens + completion,
-    }
+    usage = openai_usage(prompt_tokens, text_tokens(reply.text), cache)
     yield _sse({**base, "choices": [], "usage": usage})
     yield b"data: [DONE]\n\n"
 
 
-def anthropic_stream(reply: Reply, model: str, prompt_tokens: int, seq: int) -> Iterator[bytes]:
+def anthropic_stream(
+    reply: Reply, model: str, prompt_tokens: int, seq: int, cache: CacheUse | None = None
+) -> Iterator[bytes]:
     message = anthropic_reply(Reply(), model, prompt_tokens, seq) | {"content": [], "stop_reason": None}
-    message["usage"] = {"input_tokens": prompt_tokens, "output_tokens": 1}
+    message["usage"] = anthropic_usage(prompt_tokens, cache) | {"output_tokens": 1}
     yield _sse({"type": "message_start", "message": message}, "message_start")
     index = 0
     if reply.text:

@@ -1,0 +1,244 @@
+"""Pressure-gated, batched rewrites of old tool results (SPEC S4.1-S4.3 as amended; issue 14).
+
+Providers cache the longest prompt prefix they saw recently and bill it at a fraction of the input
+price (Anthropic: reads 0.1x, writes 1.25x; OpenAI: 0.1x-0.5x). Rewriting an early message throws
+that cache away from the rewritten message on. So read dedup and microcompact do not run on every
+request: ``relieve_pressure`` acts only when the request crosses a **trigger**, and then it acts
+in one large step, so that one cache break buys many append-only requests:
+
+* **pressure** = the larger of request tokens / context window and request bytes / payload cap.
+* Below ``trigger`` (default 0.60) nothing changes: the history is append-only.
+* At or above it, in order, until the request is down to ``target`` (default 0.40): superseded
+  reads become stubs; tool results age as microcompact says (previews, then one-liners); then
+  the oldest remaining results become one-liners. The last ``keep`` tool results (default 2) are
+  never touched.
+* A pass that would free less than ``clear_at_least`` (default 0.10 of the limit) is not applied:
+  a cache break must be worth it. The history then stays as it is until the next request.
+* ``trigger=0`` is the behaviour before issue 14 (rewrite on every request, no keep, no minimum),
+  kept so benchmarks can measure it next to the new default.
+
+Every rewritten original is archived before it is replaced (through a staged sink, so a pass that
+is not applied archives nothing). Hard limits are not this module's job: pre-flight, compaction
+and recovery act whatever the trigger says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from contextkit.markers import ArchiveSink, extract_keys, has_marker, key_for
+from contextkit.messages import Message, assistant_turns
+from contextkit.policy.microcompact import (
+    MicrocompactConfig,
+    MicrocompactReport,
+    clear_to_one_liner,
+    is_candidate,
+    microcompact,
+)
+from contextkit.policy.trim import STUB_PREFIX, DedupReport, dedup_repeated_reads
+from contextkit.sizing import Measure, format_size
+
+__all__ = ["PressureConfig", "PressureReport", "StagedSink", "pressure", "relieve_pressure"]
+
+
+@dataclass(frozen=True)
+class PressureConfig:
+    """When and how much the no-LLM rewrites act. Shares are of the tighter limit (window or cap)."""
+
+    trigger: float = 0.60
+    target: float = 0.40
+    keep: int = 2
+    clear_at_least: float = 0.10
+
+    @property
+    def always_on(self) -> bool:
+        """The behaviour before issue 14: rewrite on every request (``trigger=0``)."""
+        return self.trigger <= 0
+
+    @classmethod
+    def from_limits(cls, limits: Any) -> PressureConfig:
+        """From a ``contextkit.settings.Limits`` (its ``pressure_*``, ``keep_tool_results`` and
+        ``clear_at_least`` fields)."""
+        return cls(
+            trigger=limits.pressure_trigger,
+            target=limits.pressure_target,
+            keep=limits.keep_tool_results,
+            clear_at_least=limits.clear_at_least,
+        )
+
+
+def pressure(m: Measure, *, window: int, cap: int | None) -> float:
+    """How full the request is: the larger of its share of the window (tokens) and of the cap (bytes)."""
+    share = m.tokens / window if window else 0.0
+    if cap:
+        share = max(share, m.bytes / cap)
+    return share
+
+
+@dataclass(frozen=True)
+class PressureReport:
+    """What one pass did (``acted``) or why it did nothing (``reason``)."""
+
+    acted: bool = False
+    reason: str = "below trigger"  # below trigger | not worth a cache break | applied | always on | nothing to rewrite
+    before: float = 0.0
+    after: float = 0.0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    dedup: DedupReport = field(default_factory=DedupReport)
+    microcompact: MicrocompactReport = field(default_factory=MicrocompactReport)
+    cleared: int = 0  # results turned into one-liners beyond what aging asked for
+    kept: int = 0
+    archived_keys: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return self.acted
+
+    def describe(self) -> str:
+        if not self.acted:
+            return f"pressure {self.before:.0%}: {self.reason}"
+        parts = []
+        if self.dedup.changed:
+            parts.append(f"{self.dedup.superseded} superseded reads")
+        if self.microcompact.changed:
+            parts.append(f"{self.microcompact.truncated} previewed, {self.microcompact.summarized} summarized")
+        if self.cleared:
+            parts.append(f"{self.cleared} cleared")
+        what = ", ".join(parts) or "nothing"
+        return (
+            f"pressure {self.before:.0%} -> {self.after:.0%}: {what} (last {self.kept} tool results kept; "
+            f"{format_size(self.bytes_before - self.bytes_after)} freed)"
+        )
+
+
+class StagedSink:
+    """An ``ArchiveSink`` that holds puts until ``commit``: a pass that is not applied archives nothing.
+
+    ``get`` sees staged content first, then the real archive, so derived stubs resolve as usual.
+    """
+
+    def __init__(self, archive: ArchiveSink) -> None:
+        self.archive = archive
+        self.staged: dict[str, tuple[str, str, Any, bool]] = {}
+
+    def put(
+        self,
+        content: str,
+        *,
+        kind: str = "message",
+        origin: str | dict[str, object] | None = None,
+        allow_markers: bool = False,
+    ) -> str | None:
+        if has_marker(content) and not allow_markers:
+            return None
+        key = key_for(content)
+        self.staged.setdefault(key, (content, kind, origin, allow_markers))
+        return key
+
+    def get(self, key: str) -> str | None:
+        staged = self.staged.get(key)
+        return staged[0] if staged is not None else self.archive.get(key)
+
+    def commit(self, cited: Sequence[Message]) -> bool:
+        """Archive every staged original a message of ``cited`` points at; False if the archive refused one."""
+        keys = {k for m in cited for k in extract_keys(m.content)}
+        for key, (content, kind, origin, allow) in self.staged.items():
+            if key in keys and self.archive.put(content, kind=kind, origin=origin, allow_markers=allow) != key:
+                return False
+        return True
+
+
+def kept_indices(history: Sequence[Message], keep: int) -> frozenset[int]:
+    """Indices of the last ``keep`` tool results (tool messages and tool feedback sent as user)."""
+    if keep <= 0:
+        return frozenset()
+    results = [i for i, m in enumerate(history) if m.role == "tool" or (m.role == "user" and is_candidate(m))]
+    return frozenset(results[-keep:])
+
+
+def relieve_pressure(
+    history: Sequence[Message],
+    *,
+    archive: ArchiveSink,
+    measure: Callable[[Sequence[Message]], Measure],
+    window: int,
+    cap: int | None,
+    config: PressureConfig | None = None,
+    micro: MicrocompactConfig | None = None,
+) -> tuple[list[Message], PressureReport]:
+    """One gated pass over ``history`` (see the module docstring). ``measure`` sizes a candidate
+    request exactly (tools and framing included)."""
+    cfg = config or PressureConfig()
+    micro = micro or MicrocompactConfig()
+    m0 = measure(history)
+    before = pressure(m0, window=window, cap=cap)
+    if cfg.always_on:
+        return _always_on(history, archive, micro, measure, window, cap, before, m0)
+    if before < cfg.trigger:
+        return list(history), PressureReport(before=before, after=before, bytes_before=m0.bytes, bytes_after=m0.bytes)
+    protect = kept_indices(history, cfg.keep)
+    sink = StagedSink(archive)
+    out, dd = dedup_repeated_reads(history, archive=sink, protect=protect)
+    out, mc = microcompact(out, archive=sink, config=micro, protect=protect)
+    m = measure(out)
+    cleared = 0
+    if pressure(m, window=window, cap=cap) > cfg.target:
+        tags = assistant_turns(out)
+        for i, msg in enumerate(out):
+            if i in protect or not is_candidate(msg) or msg.content.startswith(STUB_PREFIX):
+                continue
+            one = clear_to_one_liner(msg, archive=sink, turn=tags[i])
+            if one is None:
+                continue
+            out[i] = one[0]
+            cleared += 1
+            m = measure(out)
+            if pressure(m, window=window, cap=cap) <= cfg.target:
+                break
+    after = pressure(m, window=window, cap=cap)
+    report = PressureReport(
+        acted=True, reason="applied", before=before, after=after, bytes_before=m0.bytes, bytes_after=m.bytes,
+        dedup=dd, microcompact=mc, cleared=cleared, kept=len(protect),
+        archived_keys=tuple(k for k in sink.staged if k in {c for msg in out for c in extract_keys(msg.content)}),
+    )  # fmt: skip
+    if not (dd.changed or mc.changed or cleared):
+        return list(history), _skipped(report, "nothing to rewrite outside the kept results")
+    if before - after < cfg.clear_at_least:
+        return list(history), _skipped(report, f"would free only {before - after:.0%}, not worth a cache break")
+    if not sink.commit(out):
+        return list(history), _skipped(report, "the archive refused an original")
+    return out, report
+
+
+def _skipped(report: PressureReport, reason: str) -> PressureReport:
+    return PressureReport(
+        acted=False, reason=reason, before=report.before, after=report.before,
+        bytes_before=report.bytes_before, bytes_after=report.bytes_before, kept=report.kept,
+    )  # fmt: skip
+
+
+def _always_on(
+    history: Sequence[Message],
+    archive: ArchiveSink,
+    micro: MicrocompactConfig,
+    measure: Callable[[Sequence[Message]], Measure],
+    window: int,
+    cap: int | None,
+    before: float,
+    m0: Measure,
+) -> tuple[list[Message], PressureReport]:
+    """Microcompact then read dedup on every request, as before issue 14 (``trigger=0``)."""
+    out, mc = microcompact(history, archive=archive, config=micro)
+    out, dd = dedup_repeated_reads(out, archive=archive)
+    if not (mc.changed or dd.changed):
+        return list(history), PressureReport(reason="always on", before=before, after=before,
+                                             bytes_before=m0.bytes, bytes_after=m0.bytes)  # fmt: skip
+    m = measure(out)
+    keys = tuple(dict.fromkeys([*mc.archived_keys, *dd.archived_keys]))
+    return out, PressureReport(
+        acted=True, reason="always on", before=before, after=pressure(m, window=window, cap=cap),
+        bytes_before=m0.bytes, bytes_after=m.bytes, dedup=dd, microcompact=mc, archived_keys=keys,
+    )  # fmt: skip
