@@ -47,6 +47,7 @@ from contextkit.preflight import (
     known_to_fail,
     measure,
     outgoing,
+    request_messages,
     summarizer_window,
     turn_boundary,
 )
@@ -153,7 +154,8 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
         sample = ctx.probe.feed(body)
         st.stats.cache_breaks += sample.cache_break
         purpose = "continuation" if answer.parts else "turn"
-        call = CallModel(wire, ctx.tools or None, params, sent.bytes, sent.tokens, stream=stream, purpose=purpose)
+        messages = request_messages(ctx, out, wire)
+        call = CallModel(messages, ctx.tools or None, params, sent.bytes, sent.tokens, stream=stream, purpose=purpose)
         outcome, failure = yield from _request(ctx, call, sent, episode.level, len(turn.attempts) + 1, sample)
         unread = failure is not None and failure.kind != FailureKind.CONTEXT_OVERFLOW and digest not in probed
         if isinstance(outcome, ModelFailure) and outcome.empty and unread:

@@ -34,6 +34,10 @@ class FlowContext:
     summarizer_window: int | None = None
     summarizer_shares_window: bool = False  # the summarizer is the session's own model
     probe: PrefixProbe = field(default_factory=PrefixProbe)
+    breakpoints: bool = False  # place cache_control breakpoints (providers that need them)
+    recall_tool: dict[str, Any] | None = None  # offered from the first request after the archive holds content
+    archived: bool = False  # the archive received content since this context was created
+    cache_anchor: tuple[Message, ...] = ()  # the prefix up to the last request's anchor breakpoint
 
     def evidence(self, endpoint: str | None = None) -> EndpointEvidence:
         """What the endpoint (the session's model unless named) showed this session."""

@@ -8,6 +8,7 @@ their outcomes to the session's evidence and never sends one at or above a known
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from contextkit.classify import FailureKind, classify_failure
@@ -18,6 +19,7 @@ from contextkit.flowctx import Effect, Flow, FlowContext, emit_history, measure
 from contextkit.learning import announce_window, learn_cap
 from contextkit.markers import marker
 from contextkit.messages import Message, newest_request_index
+from contextkit.policy.breakpoints import anchor_position, breakpoint_positions, with_breakpoints
 from contextkit.policy.budgets import enforce_tool_result_budgets
 from contextkit.policy.microcompact import MicrocompactConfig
 from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, original_of
@@ -39,6 +41,7 @@ __all__ = [
     "known_to_fail",
     "measure",
     "outgoing",
+    "request_messages",
     "run_compaction",
     "summarizer_window",
     "turn_boundary",
@@ -291,6 +294,12 @@ def outgoing(ctx: FlowContext) -> tuple[list[Message], Measure]:
         ctx.notify(
             "pairing", report.describe() + (f"; removed results archived as {archived}" if archived else ""), "info"
         )
+    if ctx.recall_tool is not None and ctx.archived:
+        # Once, in the request that follows the first archive write: that request already rewrites
+        # the history (the write came from a rewrite), so the cache break is shared. Never removed.
+        ctx.tools = [*ctx.tools, ctx.recall_tool]
+        ctx.recall_tool = None
+        ctx.notify("recall_tool", "content was archived: the recall tool is offered from now on", "info")
     out = list(st.history)
     return out, measure(ctx, out)
 
@@ -325,6 +334,18 @@ def check_known_floor(ctx: FlowContext) -> None:
         raise PayloadFloorError(
             floor_text(ctx, text, floor, tokens=True), base_bytes=floor.bytes, rejected_bytes=limit_bytes or 0
         )
+
+
+def request_messages(ctx: FlowContext, out: Sequence[Message], wire: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as sent: with ``cache_control`` breakpoints for providers that need them."""
+    if not ctx.breakpoints:
+        return wire
+    previous = ctx.cache_anchor
+    still_valid = bool(previous) and tuple(out[: len(previous)]) == previous
+    positions = breakpoint_positions(out, previous_anchor=len(previous) - 1 if still_valid else None)
+    anchor = anchor_position(out)
+    ctx.cache_anchor = tuple(out[: anchor + 1]) if anchor is not None else ()
+    return with_breakpoints(wire, positions)
 
 
 def _body(messages: list[dict[str, Any]], tools: Any) -> bytes:

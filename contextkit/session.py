@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import os
 import sys
 import threading
@@ -35,6 +36,7 @@ from contextkit.flow import (
 from contextkit.learning import reset_limits
 from contextkit.messages import Message, from_wire
 from contextkit.persist import load_session, session_to_dict, write_atomic
+from contextkit.policy.breakpoints import needs_breakpoints
 from contextkit.preflight import run_compaction
 from contextkit.settings import Limits
 from contextkit.sizing import Measure, RequestMeter
@@ -71,7 +73,8 @@ class Session:
 
     ``price_as="anthropic/claude-sonnet-4-5"`` prices every request as that model from litellm's cost
     map (cache reads and writes at their own prices), so runs against the simulator give real-money
-    figures.
+    figures. ``cache_breakpoints``: place Anthropic-style ``cache_control`` breakpoints (None: only
+    for providers that need them - Anthropic, Claude on Bedrock/Vertex; see ``policy/breakpoints.py``).
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class Session:
         on_flush: Any = "workbench",
         events: EventLog | None = None,
         price_as: str | None = None,
+        cache_breakpoints: bool | None = None,
         **litellm_kwargs: Any,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
@@ -97,6 +101,11 @@ class Session:
                 "'anthropic/claude-sonnet-4-5' or 'gpt-4.1', or leave it out to price the session's own model"
             )
         self.price_as = price_as
+        if cache_breakpoints is not None and not isinstance(cache_breakpoints, bool):
+            raise ConfigError(f"cache_breakpoints must be True, False or None (automatic), got {cache_breakpoints!r}")
+        if cache_breakpoints is None:
+            cache_breakpoints = needs_breakpoints(backend.provider_of(model), model)
+        self.cache_breakpoints = cache_breakpoints
         self.model = model
         self.session_id = session_id or uuid.uuid4().hex[:12]
         self.limits = limits if limits is not None else Limits.from_env()
@@ -186,12 +195,26 @@ class Session:
 
     @property
     def tool_schemas(self) -> list[dict[str, Any]]:
-        schemas = [t.schema() for t in self._tools.values()]
-        if self.archive is not None and "recall" not in self._tools:
-            from contextkit.archive import recall_tool_schema
+        """The tool schemas sent with every request. Decided once (issue 14: tools lead the cached
+        prompt prefix, so any change breaks the whole cache): the ``recall`` tool is offered from the
+        first request when the session has tools or its archive already holds content, otherwise
+        from the request after the first archive write; once offered it stays, byte-identical."""
+        ctx = getattr(self, "_ctx", None)
+        if ctx is not None:
+            return list(ctx.tools)
+        return self._initial_tools()[0]
 
-            schemas.append(recall_tool_schema())
-        return schemas
+    def _initial_tools(self) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """(schemas offered from the first request, the recall schema held back until content is archived)."""
+        schemas = copy.deepcopy([t.schema() for t in self._tools.values()])
+        if self.archive is None or "recall" in self._tools:
+            return schemas, None
+        from contextkit.archive import recall_tool_schema
+
+        recall = recall_tool_schema()
+        if schemas or len(self.archive):
+            return [*schemas, recall], None
+        return schemas, recall
 
     def measure(self) -> Measure:
         """Request bytes and tokens of the next request (incremental, S1.3)."""
@@ -369,6 +392,9 @@ class Session:
         return self._state.context_window if self.summarizer.model == self.model else None
 
     def _on_archived(self, item: Any) -> None:
+        ctx = getattr(self, "_ctx", None)
+        if ctx is not None:
+            ctx.archived = True
         turn = self._state.turn if hasattr(self, "_state") else 0
         self.events.append(
             ArchiveEvent(
@@ -396,17 +422,20 @@ class Session:
         ctx = getattr(self, "_ctx", None)
         if ctx is None:
             params = {k: v for k, v in self._litellm_kwargs.items() if k in ("temperature", "max_tokens", "top_p")}
+            tools, recall_tool = self._initial_tools()
             ctx = FlowContext(
                 state=self._state,
                 archive=self.archive,
                 meter=self._meter,
                 events=self.events,
                 compactor=self.compactor,
-                tools=self.tool_schemas,
+                tools=tools,
                 params=params,
                 notify=self._notify,
                 summarizer_window=self._summarizer_window(),
                 summarizer_shares_window=self.summarizer.model == self.model,
+                breakpoints=self.cache_breakpoints,
+                recall_tool=recall_tool,
             )
             self._ctx = ctx
         return ctx

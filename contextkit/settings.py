@@ -72,7 +72,7 @@ class Limits:
     # append-only requests. pressure_trigger=0 restores rewriting on every request.
     pressure_trigger: float = 0.60
     pressure_target: float = 0.40
-    keep_tool_results: int = 2
+    keep_tool_results: int = 1
     clear_at_least: float = 0.10
     compact_model: str | None = None
     request_timeout: float = 120.0

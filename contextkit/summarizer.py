@@ -121,7 +121,6 @@ class LiteLLMSummarizer:
         )  # fmt: skip
 
     def _response(self, response: Any, model: str) -> SummaryResponse:
-        from contextkit import backend
 
         prompt_tokens, completion_tokens = _usage(response)
         return SummaryResponse(

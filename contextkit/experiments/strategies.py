@@ -6,11 +6,15 @@
   the first rejection.
 * ``contextkit-always-on`` — the full pipeline as it was before issue 14: microcompact and read
   dedup rewrite old tool results on every request (``Limits(pressure_trigger=0)``), whatever the
-  pressure, so the provider's prompt cache breaks at nearly every request.
+  pressure, so the provider's prompt cache breaks at nearly every request; no cache breakpoints.
 * ``none`` — no management: the whole history on every request (``contextkit.backend.completion``).
 * ``sliding-window`` — the system messages plus the last ``SLIDING_WINDOW_MESSAGES`` messages,
   cut so no tool result loses its call.
 * ``trim_messages`` — litellm's ``trim_messages`` to 75% of the window (tokens), as litellm users do.
+* ``anthropic-clearing`` — Anthropic-style context editing (``contextkit.policy.clearing``) applied
+  to the full history before every request, as the server does: above ``CLEARING_TRIGGER`` of the
+  window or the cap it clears every tool result but the last ``CLEARING_KEEP`` if that frees at
+  least ``CLEARING_AT_LEAST`` of the window (cleared results are archived in memory).
 
 Baselines make one attempt per request (no retries) and stop at the first failed request: an
 agent that got no answer cannot take its next step. Each runner returns a ``StrategyRun``.
@@ -32,6 +36,7 @@ __all__ = [
     "SLIDING_WINDOW_MESSAGES",
     "STRATEGIES",
     "StrategyRun",
+    "clearing_shaper",
     "run_strategy",
     "sliding_window",
 ]
@@ -41,7 +46,12 @@ TRIM_RATIO = 0.75
 REQUEST_TIMEOUT = 30.0
 MAX_TOOL_ROUNDS = 8
 CONTEXTKIT_STRATEGIES = ("contextkit", "contextkit-no-microcompact", "contextkit-learned-cap", "contextkit-always-on")
-BASELINES = ("none", "sliding-window", "trim_messages")
+BASELINES = ("none", "sliding-window", "trim_messages", "anthropic-clearing")
+# Anthropic's defaults are 100,000 tokens / keep 3 / no minimum for 200k-token windows; scaled here
+# to the experiment's window and cap. One result kept: three raw 20-60 KB outputs exceed 128 KB.
+CLEARING_TRIGGER = 0.60
+CLEARING_KEEP = 1
+CLEARING_AT_LEAST = 0.10
 STRATEGIES = CONTEXTKIT_STRATEGIES + BASELINES
 
 
@@ -70,7 +80,42 @@ def sliding_window(history: list[dict[str, Any]], keep: int = SLIDING_WINDOW_MES
     return system + tail
 
 
-def _shaper(strategy: str, gw: GatewaySpec) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
+def clearing_shaper(
+    gw: GatewaySpec, tools: list[dict[str, Any]] | None = None, model: str = ""
+) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """``anthropic-clearing``: a function from the full wire history to the edited request."""
+    from contextkit.messages import from_wire, to_wire_list
+    from contextkit.policy.clearing import ClearingConfig, clear_tool_uses
+    from contextkit.policy.testing import MemorySink
+    from contextkit.sizing import RequestMeter, parse_size
+
+    meter, sink = RequestMeter(model), MemorySink()
+    cap = None if gw.max_body is None else parse_size(gw.max_body, what="max_body")
+
+    def tokens(history: Any) -> int:
+        m = meter.measure(history, tools=tools)
+        # the gateway counts bytes: express its cap as the equivalent share of the window
+        return max(m.tokens, int(m.bytes / cap * gw.context_window)) if cap else m.tokens
+
+    config = ClearingConfig(
+        trigger=int(gw.context_window * CLEARING_TRIGGER),
+        keep=CLEARING_KEEP,
+        clear_at_least=int(gw.context_window * CLEARING_AT_LEAST),
+    )
+
+    def shape(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        messages = [from_wire(m, index=i) for i, m in enumerate(history)]
+        out, _ = clear_tool_uses(messages, archive=sink, count_tokens=tokens, config=config)
+        return to_wire_list(out)
+
+    return shape
+
+
+def _shaper(
+    strategy: str, gw: GatewaySpec, tools: list[dict[str, Any]] | None = None
+) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
+    if strategy == "anthropic-clearing":
+        return clearing_shaper(gw, tools)
     if strategy == "none":
         return list
     if strategy == "sliding-window":
@@ -93,10 +138,10 @@ def _baseline(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_
     from contextkit.classify import classify_failure
     from contextkit.sizing import request_bytes
 
-    shape = _shaper(strategy, gw)
+    tools = workload.tool_schemas
+    shape = _shaper(strategy, gw, tools)
     kwargs = sim.litellm_kwargs()
     model = kwargs.pop("model")
-    tools = workload.tool_schemas
     log = EventLog()
     history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
     sent: list[dict[str, Any]] = history
@@ -183,7 +228,8 @@ def _contextkit(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, ru
     kwargs = sim.litellm_kwargs()
     session = Session(
         kwargs.pop("model"), system=SYSTEM_PROMPT, limits=Limits(**limits), archive=archive,
-        tools=workload.session_tools(), session_id=run_id, status=False, on_flush=None, **kwargs,
+        tools=workload.session_tools(), session_id=run_id, status=False, on_flush=None,
+        cache_breakpoints=False if strategy == "contextkit-always-on" else None, **kwargs,
     )  # fmt: skip
     error: str | None = None
     done = 0

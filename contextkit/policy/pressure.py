@@ -10,8 +10,8 @@ in one large step, so that one cache break buys many append-only requests:
 * Below ``trigger`` (default 0.60) nothing changes: the history is append-only.
 * At or above it, in order, until the request is down to ``target`` (default 0.40): superseded
   reads become stubs; tool results age as microcompact says (previews, then one-liners); then
-  the oldest remaining results become one-liners. The last ``keep`` tool results (default 2) are
-  never touched.
+  the oldest remaining results become one-liners. The last ``keep`` tool results (default 1), and
+  any result the model has not answered yet, are never touched.
 * A pass that would free less than ``clear_at_least`` (default 0.10 of the limit) is not applied:
   a cache break must be worth it. The history then stays as it is until the next request.
 * ``trigger=0`` is the behaviour before issue 14 (rewrite on every request, no keep, no minimum),
@@ -49,7 +49,7 @@ class PressureConfig:
 
     trigger: float = 0.60
     target: float = 0.40
-    keep: int = 2
+    keep: int = 1
     clear_at_least: float = 0.10
 
     @property
@@ -152,11 +152,13 @@ class StagedSink:
 
 
 def kept_indices(history: Sequence[Message], keep: int) -> frozenset[int]:
-    """Indices of the last ``keep`` tool results (tool messages and tool feedback sent as user)."""
-    if keep <= 0:
-        return frozenset()
+    """Indices of the tool results a pass must leave verbatim: the last ``keep`` ones, and every result
+    the model has not answered yet (after the last assistant message: a parallel round's results
+    arrive together and are all new to the model)."""
     results = [i for i, m in enumerate(history) if m.role == "tool" or (m.role == "user" and is_candidate(m))]
-    return frozenset(results[-keep:])
+    last_assistant = max((i for i, m in enumerate(history) if m.role == "assistant"), default=-1)
+    unanswered = {i for i in results if i > last_assistant}
+    return frozenset(results[-keep:] if keep > 0 else ()) | unanswered
 
 
 def relieve_pressure(

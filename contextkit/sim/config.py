@@ -40,6 +40,7 @@ class RequestRecord:
     ts: float
     cached_tokens: int = 0  # prompt tokens read from the simulated prompt cache (sim/cache.py)
     cache_write_tokens: int = 0  # prompt tokens newly written to it
+    completion_tokens: int = 0  # reply tokens billed (as the usage object reports them)
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,11 @@ class SimConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise ConfigError(f"{name} must be a positive int (tokens) or None, got {value!r}")
-        if isinstance(self.cache_min_tokens, bool) or not isinstance(self.cache_min_tokens, int) or self.cache_min_tokens < 1:
+        if (
+            isinstance(self.cache_min_tokens, bool)
+            or not isinstance(self.cache_min_tokens, int)
+            or self.cache_min_tokens < 1
+        ):
             raise ConfigError(f"cache_min_tokens must be a positive int (tokens), got {self.cache_min_tokens!r}")
         if self.cache_ttl < 0:
             raise ConfigError(f"cache_ttl must be >= 0 seconds, got {self.cache_ttl!r}")

@@ -51,6 +51,7 @@ class _Outcome:
     sleep_then_drop: float = 0.0
     gate: StreamGate | None = None
     cache: CacheUse | None = None
+    completion_tokens: int = 0
 
 
 class GatewaySimulator:
@@ -244,6 +245,7 @@ class GatewaySimulator:
             body_sha256=hashlib.sha256(body).hexdigest(), model=out.model, ts=time.time(),
             cached_tokens=out.cache.read_tokens if out.cache else 0,
             cache_write_tokens=out.cache.write_tokens if out.cache else 0,
+            completion_tokens=out.completion_tokens,
         )  # fmt: skip
         with self._lock:
             self._log.append(rec)
@@ -320,6 +322,7 @@ class GatewaySimulator:
                 blocks, namespace=f"{route}:{out.model}", breakpoints=anthropic,
                 priming=wire.PRIMING_TOKENS, granularity=1 if anthropic else 128,
             )  # fmt: skip
+        out.completion_tokens = text_tokens(reply.text)
         out.response = self._render(route, reply, out, fault, seq)
         if stream and kind == "turn":
             with self._lock:

@@ -11,7 +11,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,30 +144,34 @@ def _has_cache_control(obj: Any) -> bool:
     return False
 
 
+def _block_tokens(route: str, kind: str, obj: Any) -> int:
+    if kind == "tools":
+        return text_tokens(json.dumps(obj))
+    if kind == "system":
+        return message_tokens(SimMessage("system", _text_of(obj)[0]))
+    parse = parse_anthropic if route == ANTHROPIC else parse_openai
+    return sum(message_tokens(m) for m in parse({"messages": [obj]}).messages)
+
+
 def prompt_blocks(route: str, body: Mapping[str, Any]) -> list[PromptBlock]:
     """The request as cacheable blocks in the provider's order: tools, (Anthropic) system, messages.
 
     Their tokens plus ``PRIMING_TOKENS`` equal ``count_tokens`` of the same body."""
-    pieces: list[tuple[str, Any, Callable[[], int]]] = []
-    tools = body.get("tools") or []
-    if tools:
-        pieces.append(("tools", tools, lambda: text_tokens(json.dumps(tools))))
-    if route == ANTHROPIC:
-        system = body.get("system")
-        if system:
-            pieces.append(("system", system, lambda: message_tokens(SimMessage("system", _text_of(system)[0]))))
-    parse = parse_anthropic if route == ANTHROPIC else parse_openai
-    for raw in body.get("messages") or []:
-        pieces.append(("message", raw, lambda raw=raw: sum(message_tokens(m) for m in parse({"messages": [raw]}).messages)))
+    pieces: list[tuple[str, Any]] = []
+    if body.get("tools"):
+        pieces.append(("tools", body["tools"]))
+    if route == ANTHROPIC and body.get("system"):
+        pieces.append(("system", body["system"]))
+    pieces += [("message", raw) for raw in body.get("messages") or []]
     blocks: list[PromptBlock] = []
     chain = hashlib.sha256(route.encode())
-    for kind, obj, tokens_of in pieces:
+    for kind, obj in pieces:
         canonical = json.dumps([kind, _without_cache_control(obj)], sort_keys=True, ensure_ascii=False)
         own = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
         with _memo_lock:
             tokens = _TOKEN_MEMO.get(own)
         if tokens is None:
-            tokens = tokens_of()
+            tokens = _block_tokens(route, kind, obj)
             with _memo_lock:
                 if len(_TOKEN_MEMO) >= _TOKEN_MEMO_MAX:
                     _TOKEN_MEMO.clear()
@@ -204,7 +208,9 @@ def anthropic_usage(prompt_tokens: int, cache: CacheUse | None) -> dict[str, int
     }
 
 
-def openai_reply(reply: Reply, model: str, prompt_tokens: int, seq: int, cache: CacheUse | None = None) -> dict[str, Any]:
+def openai_reply(
+    reply: Reply, model: str, prompt_tokens: int, seq: int, cache: CacheUse | None = None
+) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
     if reply.tool_calls:
         message["tool_calls"] = [
