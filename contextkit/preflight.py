@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from contextkit.events import CompactionEvent
 from contextkit.classify import FailureKind, classify_failure
 from contextkit.errors import PayloadFloorError, ProviderError
 from contextkit.evidence import Lesson, gateway_how, judge, learned_cap
@@ -72,11 +73,13 @@ def turn_boundary(ctx: FlowContext) -> None:
     request is append-only and the provider's prompt cache survives.
     """
     st = ctx.state
+    before = measure(ctx, st.history)
     history, budget = enforce_tool_result_budgets(
         st.history, archive=ctx.archive, turn_budget=st.turn_budget, per_result=st.per_result_budget
     )
     if budget.changed:
         ctx.notify("budget", budget.describe(), "info")
+        before = _turn_rewrite(ctx, "budget", budget.describe(), before, history, budget.archived_keys)
     history, report = relieve_pressure(
         history,
         archive=ctx.archive,
@@ -92,9 +95,34 @@ def turn_boundary(ctx: FlowContext) -> None:
         ctx.notify("dedup", report.dedup.describe(), "info")
     if report.acted and report.reason == "applied":
         ctx.notify("pressure", report.describe() + " - the prompt cache restarts at the first rewritten result", "info")
+    if report.acted:
+        _turn_rewrite(ctx, "microcompact", report.describe(), before, history, report.archived_keys, report.reason)
     if budget.changed or report.changed:
         st.history = history
         emit_history(ctx, "microcompact")
+
+
+def _turn_rewrite(
+    ctx: FlowContext,
+    phase: str,
+    status: str,
+    before: Measure,
+    history: Sequence[Message],
+    keys: Sequence[str],
+    detail: str = "",
+) -> Measure:
+    """A level-1 rewrite made at a turn boundary, as a ``CompactionEvent`` (trigger ``turn``), so the
+    per-level analyses and the timeline see it next to the compactions."""
+    after = measure(ctx, history)
+    ctx.events.append(
+        CompactionEvent(
+            session_id=ctx.state.session_id, turn=ctx.state.turn, trigger="turn", phase=phase, level=1,
+            status=status, outcome="applied", messages_before=before.messages, messages_after=after.messages,
+            bytes_before=before.bytes, bytes_after=after.bytes, tokens_before=before.tokens,
+            tokens_after=after.tokens, archived_keys=tuple(keys), detail=detail,
+        )  # fmt: skip
+    )
+    return after
 
 
 def _token_limit(ctx: FlowContext) -> int:

@@ -43,7 +43,7 @@ def pressure_events() -> list[dict[str, object]]:
             api_base=gw.api_base,
             api_key="sim-key",
             system="You are a careful coding agent.",
-            limits=Limits(context_window=128_000, tool_result_max_chars=60_000),
+            limits=Limits(context_window=128_000),
             archive=Archive.in_memory(session_id="docs"),
             tools=list(ws.tools.values()),
             session_id="docs",

@@ -67,13 +67,16 @@ class Mode:
     loops: tuple[str, ...] = LOOPS  # stream faults only exist in streamed responses
 
 
+# The gateway modes configure a cap above the gateway's real one, so the first request is refused and
+# recovery learns the cap; the history must stay below the pressure trigger (60%) of the configured
+# cap, or the no-LLM pass would shrink it under the real cap before anything is sent (issue 14).
 MODES: list[Mode] = [
     *[Mode(f"overflow-{style}", {"context_window": 3_000, "overflow_style": style}) for style in OVERFLOW_STYLES],
     Mode("overflow-anthropic-route", {"context_window": 3_000, "overflow_style": "anthropic"}, route="anthropic"),
-    *[Mode(f"gateway-{m}", {"max_body": "24KB", "reject_with": m}, cap="64KB") for m in ("413", "413-html")],
-    *[Mode(f"gateway-{m}", {"max_body": "24KB", "reject_with": m}, cap="64KB") for m in ("waf403", "bedrock403")],
-    Mode("gateway-413-anthropic", {"max_body": "24KB", "reject_with": "413"}, route="anthropic", cap="64KB"),
-    Mode("gateway-waf403-anthropic", {"max_body": "24KB", "reject_with": "waf403"}, route="anthropic", cap="64KB"),
+    *[Mode(f"gateway-{m}", {"max_body": "24KB", "reject_with": m}, cap="96KB") for m in ("413", "413-html")],
+    *[Mode(f"gateway-{m}", {"max_body": "24KB", "reject_with": m}, cap="96KB") for m in ("waf403", "bedrock403")],
+    Mode("gateway-413-anthropic", {"max_body": "24KB", "reject_with": "413"}, route="anthropic", cap="96KB"),
+    Mode("gateway-waf403-anthropic", {"max_body": "24KB", "reject_with": "waf403"}, route="anthropic", cap="96KB"),
     Mode("drop-small-history", fault="drop", expect="retry"),
     Mode("drop-large-history", {"max_body": "520KB", "reject_with": "drop"}, history=large_history, cap="2MB"),
     Mode("429", fault="429", expect="retry"),

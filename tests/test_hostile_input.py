@@ -188,8 +188,9 @@ def test_undecodable_file_names_in_tool_origins_are_archived(gw: GatewaySimulato
         outputs.append(out)
         return ToolResult(out, path=bad_path, lines=(1, 10))
 
-    session = session_for(gw, tools=[read_file])
-    for turn in range(5):  # old results age and microcompact archives them, origin path included
+    limits = Limits(context_window=1_000_000, retry_backoff=0.0, request_timeout=5, pressure_trigger=0)
+    session = session_for(gw, tools=[read_file], limits=limits)
+    for turn in range(5):  # microcompact on every request (trigger 0) archives old results, origin path included
         assert session.send(f'[[tool:read_file {{"path": "m{turn}.py"}}]] turn {turn}').text
     entries = session.archive.entries()
     assert any("caf\ufffd.py" in e.origin for e in entries)  # metadata made storable, shown with U+FFFD

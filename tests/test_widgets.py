@@ -111,6 +111,18 @@ def test_gauge_colour_follows_pressure_and_labels_show_sizes() -> None:
     assert "120%" in gauge.bytes_bar.value and gauge.last_error is None
 
 
+def test_gauge_shows_the_cached_share_and_cache_breaks() -> None:
+    s = StandIn()
+    gauge = HistoryGauge(s)
+    assert "ck-cache" not in gauge.info.value  # nothing billed yet
+    s.events.append(RequestEvent(prompt_tokens=1_000, append_only=None))
+    s.events.append(RequestEvent(prompt_tokens=2_000, cached_prompt_tokens=1_500, append_only=True))
+    s.events.append(RequestEvent(prompt_tokens=1_000, cached_prompt_tokens=500, append_only=False))
+    assert (gauge.prompt_tokens, gauge.cached_tokens, gauge.cache_breaks) == (4_000, 2_000, 1)
+    assert "cached <b>50%</b> of 4,000 prompt tokens · 1 cache breaks" in gauge.info.value
+    assert HistoryGauge(s).cache_breaks == 1  # replayed from the log
+
+
 def test_gauge_shows_learned_cap_and_how_it_was_learned() -> None:
     s = StandIn(payload_cap=None, cap_source=None, limits=Limits(context_window=WINDOW))
     gauge = HistoryGauge(s)

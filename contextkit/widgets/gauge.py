@@ -1,7 +1,9 @@
 """``HistoryGauge``: request bytes vs the payload cap and tokens vs the context window (S8.1).
 
 A thin view: its state comes from ``HistoryEvent`` (sizes of the next request, cap, window),
-``CapEvent`` (how the cap was set or learned) and ``NoticeEvent`` (the last warning). Colour
+``CapEvent`` (how the cap was set or learned), ``NoticeEvent`` (the last warning) and
+``RequestEvent`` (the share of prompt tokens the provider served from its prompt cache, and the
+requests that broke it). Colour
 follows the pressure, the larger of the two ratios: green below 70%, amber below the pre-flight
 ratio (85%), red from it on.
 """
@@ -13,7 +15,7 @@ from typing import Any
 import ipywidgets as W
 import traitlets as T
 
-from contextkit.events import CapEvent, Event, HistoryEvent, NoticeEvent
+from contextkit.events import CapEvent, Event, HistoryEvent, NoticeEvent, RequestEvent
 from contextkit.sizing import format_size
 from contextkit.widgets._view import EventFeed, FeedView, call_quietly, events_of
 from contextkit.widgets.html import AMBER_AT, COLOURS, RED_AT, bar_html, esc, pressure_state, ratio
@@ -35,6 +37,9 @@ class HistoryGauge(FeedView, W.VBox):
     cap_source = T.Unicode(None, allow_none=True, help="configured | learned | assumed")
     cap_detail = T.Unicode("", help="how the current cap was learned")
     notice = T.Unicode("", help="text of the last warning notice")
+    prompt_tokens = T.Int(0, help="prompt tokens billed so far")
+    cached_tokens = T.Int(0, help="of which the provider read from its prompt cache")
+    cache_breaks = T.Int(0, help="requests whose previous request was not a prefix")
 
     def __init__(self, session: Any, **kwargs: Any) -> None:
         events = events_of(session, panel="HistoryGauge")
@@ -86,6 +91,10 @@ class HistoryGauge(FeedView, W.VBox):
         elif isinstance(event, NoticeEvent):
             if event.level in ("warning", "error") or event.code in ("preflight", "learned_cap", "assumed_cap"):
                 self.notice = event.text
+        elif isinstance(event, RequestEvent):
+            self.prompt_tokens += event.prompt_tokens
+            self.cached_tokens += getattr(event, "cached_prompt_tokens", 0)
+            self.cache_breaks += getattr(event, "append_only", None) is False
         else:
             return
         if not self._feed.replaying:
@@ -132,6 +141,11 @@ class HistoryGauge(FeedView, W.VBox):
             f"<span class='ck-messages'>{self.messages} messages</span> · pressure "
             f"<b class='ck-state' style='color:{self.colour}'>{self.pressure:.0%} {self.state}</b>"
         ]
+        if self.prompt_tokens:
+            lines.append(
+                f"<span class='ck-cache'>cached <b>{self.cached_tokens / self.prompt_tokens:.0%}</b> of "
+                f"{self.prompt_tokens:,} prompt tokens · {self.cache_breaks} cache breaks</span>"
+            )
         if self.cap_source == "learned" or self.cap_detail:
             lines.append(f"<span class='ck-cap'>cap: {esc(self.cap_detail or self.cap_source)}</span>")
         if self.notice:
