@@ -114,14 +114,13 @@ def _turn_rewrite(
     """A level-1 rewrite made at a turn boundary, as a ``CompactionEvent`` (trigger ``turn``), so the
     per-level analyses and the timeline see it next to the compactions."""
     after = measure(ctx, history)
-    ctx.events.append(
-        CompactionEvent(
-            session_id=ctx.state.session_id, turn=ctx.state.turn, trigger="turn", phase=phase, level=1,
-            status=status, outcome="applied", messages_before=before.messages, messages_after=after.messages,
-            bytes_before=before.bytes, bytes_after=after.bytes, tokens_before=before.tokens,
-            tokens_after=after.tokens, archived_keys=tuple(keys), detail=detail,
-        )  # fmt: skip
-    )
+    event = CompactionEvent(
+        session_id=ctx.state.session_id, turn=ctx.state.turn, trigger="turn", phase=phase, level=1,
+        status=status, outcome="applied", messages_before=before.messages, messages_after=after.messages,
+        bytes_before=before.bytes, bytes_after=after.bytes, tokens_before=before.tokens,
+        tokens_after=after.tokens, archived_keys=tuple(keys), detail=detail,
+    )  # fmt: skip
+    ctx.events.append(event)
     return after
 
 
