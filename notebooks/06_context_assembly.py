@@ -26,8 +26,8 @@
 #    with no answer is paid for on every call.
 #
 # And a third, about compaction: rewriting an *old* message (a microcompact stub, a summary) changes
-# the prefix from that point on. That is the price of compressing — one more reason to compress
-# only under pressure.
+# the prefix from that point on — a **cache break**. contextkit rewrites old tool results only under
+# pressure, in few large steps, and the last part of this notebook shows the hits and the breaks.
 #
 # > **Simulator or real model.** Every cell runs against the bundled gateway simulator unless the
 # > environment variable `CONTEXTKIT_NOTEBOOK_MODEL` names a litellm model *and* `OPENAI_API_KEY` or
@@ -145,20 +145,29 @@ print(trace)
 print("stored fields of one piece:", sorted(trace.pieces[0].to_dict()))
 
 # %% [markdown]
-# ## What compaction does to the cached prefix
+# ## Hits and breaks of the provider's prompt cache
 #
-# Now a real session (simulator by default): an agent reads a file per turn. Every turn makes two
-# requests — the user's question, then the tool result. Watch `prefix_share` per request: the second
-# request of a turn appends to the first and reuses most of it; the first request of the next turn
-# comes *after microcompact rewrote an older tool result*, so the shared prefix stops at that message.
-# A manual compaction near the end rewrites almost everything.
+# The simulator keeps a prompt cache the way providers do (`contextkit.sim.cache`): it remembers the
+# prefixes of recent requests and reports, in the provider's own usage fields, how many prompt tokens
+# it served from the cache (OpenAI: `usage.prompt_tokens_details.cached_tokens`; Anthropic:
+# `usage.cache_read_input_tokens` / `cache_creation_input_tokens`). Every `RequestEvent` carries what
+# litellm's usage object said: `cached_prompt_tokens`, `cache_write_tokens`, and `append_only` — the
+# previous request is a prefix of this one (`False` is a **cache break**). `Session(price_as=...)`
+# prices the simulator as a real model, cache prices included.
+#
+# Two runs of the same agent (a file per turn, a 12k-token window, a 64 KB gateway):
+#
+# * **contextkit** — old tool results are rewritten only when the request reaches 60% of the window
+#   or the cap (`Limits.pressure_trigger`), then in one batch down to 40%, keeping the newest result;
+# * **always on** — `Limits(pressure_trigger=0)`, how contextkit behaved before: microcompact rewrote
+#   old tool results on every request.
 
 # %%
 import json
 
 from contextkit import Limits, Session
 from contextkit.archive import Archive
-from contextkit.events import RequestEvent
+from contextkit.events import NoticeEvent, RequestEvent
 from contextkit.sim import GatewaySimulator, Workspace
 
 
@@ -168,37 +177,69 @@ def connection(gw):
     return gw.model, {"api_base": gw.api_base, "api_key": "sim-key"}
 
 
-gw = GatewaySimulator(context_window=32_000).start()
+gw = GatewaySimulator(context_window=12_000, max_body="64KB").start()
 model, kwargs = connection(gw)
-ws = Workspace(seed=2, target_bytes=5_000)
-lines = []
-session = Session(model, **kwargs, system="You are a careful coding agent.", limits=Limits(context_window=32_000),
-                  archive=Archive.in_memory(session_id="prefix"), session_id="prefix", status=lines.append,
-                  tools=list(ws.tools.values()))
-for i in range(6):
-    session.send(f"Step {i}: read src/m{i}.py [[tool:read_file {json.dumps({'path': f'src/m{i}.py'})}]]")
-session.compact("keep every file path")
-session.send("What next?")
-print("\n".join(line for line in lines if not line.startswith(("Trim", "Summarizing"))))
+PRICE_AS = None if PROVIDER else "anthropic/claude-sonnet-4-5"  # a real model prices itself
 
-# %%
-print(f"{'request':>7} {'bytes':>7} {'shared':>7}  share")
-for i, e in enumerate(session.events.of_type(RequestEvent)):
-    share = "-" if e.prefix_share is None else f"{e.prefix_share:.0%}"
-    print(f"{i:>7} {e.bytes:>7} {e.prefix_shared_bytes:>7}  {share}")
+
+def agent(name, **limits):
+    ws = Workspace(seed=2, target_bytes=3_000)
+    session = Session(model, **kwargs, system="You are a careful coding agent.", session_id=name, status=False,
+                      limits=Limits(context_window=12_000, max_payload="64KB", **limits), price_as=PRICE_AS,
+                      archive=Archive.in_memory(session_id=name), tools=list(ws.tools.values()))
+    for i in range(16):
+        session.send(f"Step {i}: read src/m{i}.py [[tool:read_file {json.dumps({'path': f'src/m{i}.py'})}]]")
+    return session
+
+
+gated = agent("gated")
+always_on = agent("always-on", pressure_trigger=0)
+
+print(f"{'request':>7} {'prompt':>7} {'cached':>7}  ")
+for i, e in enumerate(gated.events.of_type(RequestEvent)):
+    note = "first request" if e.append_only is None else ("append-only" if e.append_only else "CACHE BREAK")
+    print(f"{i:>7} {e.prompt_tokens:>7} {e.cached_prompt_tokens:>7}  {note}")
 
 # %% [markdown]
-# The append-only requests do not reach 100% here because the probe compares whole bodies and the
-# tool schemas follow the messages in the body; what matters is the contrast: append ≈ 85–90%,
-# after a microcompact rewrite ≈ 5–30%, after a full compaction ≈ 0%.
+# Each break is a pressure pass, and the session says so (a `NoticeEvent` with code `pressure`, also
+# a level-1 `CompactionEvent` with trigger `turn`):
+
+# %%
+for e in gated.events.of_type(NoticeEvent):
+    if e.code == "pressure":
+        print(e.text)
+
+# %%
+for s in (gated, always_on):
+    st = s.stats
+    print(f"{s.session_id:<10} requests {st.requests:>3}   cache breaks {st.cache_breaks:>3}   "
+          f"cached {st.cached_share:.0%} of {st.prompt_tokens:,} prompt tokens   cost ${st.cost:.4f}")
+
+# %% [markdown]
+# What to read from it. Below the trigger the gated session is append-only: every request reads the
+# previous one from the cache. When it acts, it frees a lot at once, so the next break is many turns
+# away. The always-on session breaks the prefix at nearly every request — but each of its breaks is
+# *near the end* of the prompt, so it loses little, while its prompt stays smaller. Which one costs
+# less depends on the provider's prices and on how big the prompt gets between passes;
+# `benchmarks/cache.py` measures both on the standard workloads (and `Limits.pressure_trigger` is
+# the knob). On Anthropic and Claude on Bedrock the cache only exists where the request places
+# `cache_control` breakpoints: the session places them itself (`Session(cache_breakpoints=...)`).
 #
-# The same view as a chart, from the analysis package:
+# A compaction is a break too. Compact the gated session by hand, send once more, and look at the
+# prefix the probe measured per request (`RequestEvent.prefix_share`), as a chart:
+
+# %%
+gated.compact("keep every file path")
+gated.send("What next?")
+last = gated.events.of_type(RequestEvent)[-1]
+print(f"after the compaction: append_only={last.append_only}, cached {last.cached_prompt_tokens} "
+      f"of {last.prompt_tokens} prompt tokens")
 
 # %%
 from contextkit.analysis import enable_offline_renderer, frames, prefix_reuse_chart
 
 enable_offline_renderer("svg")
-prefix_reuse_chart(frames(session.events))
+prefix_reuse_chart(frames(gated.events))
 
 # %% [markdown]
 # And the trace of what the session will send next: the summary that replaced the old turns, the
@@ -207,7 +248,7 @@ prefix_reuse_chart(frames(session.events))
 # %%
 from contextkit.trace import trace_session
 
-after = trace_session(session)
+after = trace_session(gated)
 print(after)
 print("dropped messages behind summaries/notices:", after.dropped_messages)
 print("archive keys the model can recall:", len(after.archive_keys))
