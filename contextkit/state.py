@@ -64,7 +64,8 @@ class SessionStats:
         return self.cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens else None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The counters, plus ``cached_share`` (derived; ignored by ``from_dict``)."""
+        return asdict(self) | {"cached_share": self.cached_share}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionStats:

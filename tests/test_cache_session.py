@@ -15,6 +15,7 @@ from contextkit.archive import Archive
 from contextkit.events import NoticeEvent, RecoveryEvent, RequestEvent
 from contextkit.sim import GatewaySimulator, Workspace
 from contextkit.sim.wire import prompt_blocks
+from contextkit.state import SessionStats
 
 PRICE = "anthropic/claude-sonnet-4-5"
 
@@ -119,6 +120,8 @@ def test_accounting_comes_from_the_providers_usage(gw: GatewaySimulator, route: 
     assert stats.cached_prompt_tokens == sum(r.cached_tokens for r in records) > 0
     assert stats.cached_share == pytest.approx(stats.cached_prompt_tokens / stats.prompt_tokens)
     assert stats.cost == pytest.approx(sum(e.cost for e in events)) and stats.cost > 0
+    shown = stats.to_dict()  # what Session._repr_html_, the dashboard and save() see
+    assert shown["cached_share"] == stats.cached_share and SessionStats.from_dict(shown) == stats
     unpriced = agent(gw, route, limits=Limits(context_window=1_000_000))
     read_turns(unpriced, 1)
     assert unpriced.stats.cost == 0.0  # the simulator's own model has no price

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextkit.markers import ArchiveSink, extract_keys, has_marker, key_for
+from contextkit.markers import ArchiveSink, extract_keys
 from contextkit.messages import Message, assistant_turns
 from contextkit.policy.microcompact import (
     MicrocompactConfig,
@@ -37,6 +37,7 @@ from contextkit.policy.microcompact import (
     is_candidate,
     microcompact,
 )
+from contextkit.policy.testing import MemorySink
 from contextkit.policy.trim import STUB_PREFIX, DedupReport, dedup_repeated_reads
 from contextkit.sizing import Measure, format_size
 
@@ -122,7 +123,12 @@ class StagedSink:
 
     def __init__(self, archive: ArchiveSink) -> None:
         self.archive = archive
-        self.staged: dict[str, tuple[str, str, Any, bool]] = {}
+        self._memory = MemorySink()  # same keys and the same refusal of marked content as any sink
+        self._meta: dict[str, tuple[str, str | dict[str, object] | None, bool]] = {}
+
+    @property
+    def staged(self) -> dict[str, str]:
+        return self._memory.entries
 
     def put(
         self,
@@ -132,20 +138,20 @@ class StagedSink:
         origin: str | dict[str, object] | None = None,
         allow_markers: bool = False,
     ) -> str | None:
-        if has_marker(content) and not allow_markers:
-            return None
-        key = key_for(content)
-        self.staged.setdefault(key, (content, kind, origin, allow_markers))
+        key = self._memory.put(content, kind=kind, origin=origin, allow_markers=allow_markers)
+        if key is not None:
+            self._meta.setdefault(key, (kind, origin, allow_markers))
         return key
 
     def get(self, key: str) -> str | None:
-        staged = self.staged.get(key)
-        return staged[0] if staged is not None else self.archive.get(key)
+        staged = self._memory.get(key)
+        return staged if staged is not None else self.archive.get(key)
 
     def commit(self, cited: Sequence[Message]) -> bool:
         """Archive every staged original a message of ``cited`` points at; False if the archive refused one."""
         keys = {k for m in cited for k in extract_keys(m.content)}
-        for key, (content, kind, origin, allow) in self.staged.items():
+        for key, content in self.staged.items():
+            kind, origin, allow = self._meta[key]
             if key in keys and self.archive.put(content, kind=kind, origin=origin, allow_markers=allow) != key:
                 return False
         return True
