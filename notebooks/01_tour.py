@@ -79,7 +79,7 @@ session = Session(
     **kwargs,
     system="You are a careful coding agent. Read files, then report what you found.",
     # a real provider has no 128 KB gateway in front of it here, so tell the session the cap instead
-    limits=Limits(context_window=128_000, tool_result_max_chars=60_000, max_payload="128KB" if PROVIDER else None),
+    limits=Limits(context_window=128_000, max_payload="128KB" if PROVIDER else None),
     archive=Archive.in_memory(session_id="tour"),
     tools=list(workspace.tools.values()),
     session_id="tour",
@@ -115,9 +115,12 @@ dashboard
 # ## A long agent conversation
 #
 # Ten steps: each makes the (scripted) model call one tool — read a whole file, grep, tail a log,
-# fetch JSON. Watch the status lines. After two turns a big tool result becomes a **preview** (head +
-# tail), after four a **one-line stub** — *microcompact*. Nothing is lost: the original goes to the
-# archive first and the stub carries its `<<ccr:KEY>>` marker.
+# fetch JSON. Watch the status lines. A tool result above the per-result budget (20,000 chars) is
+# capped to a head + tail **preview** when it arrives, before the model ever sees it. Nothing older
+# is rewritten while the history stays below the pressure trigger (60% of the window or the cap), so
+# the provider's prompt cache keeps every earlier request; above it, old results become previews and
+# **one-line stubs** in one batch — *microcompact*. Nothing is lost: the original goes to the archive
+# first and the stub carries its `<<ccr:KEY>>` marker.
 
 # %%
 import json

@@ -113,9 +113,14 @@ print("entry:", entry.kind, entry.origin, format_size(entry.bytes))
 # %% [markdown]
 # ## Recall in a running session
 #
-# Same history, now inside a session (against the simulator). The model gets the `recall` tool
-# automatically whenever the session has an archive. Here the scripted model calls it for the first
-# stub; you can also type `@recall <<ccr:KEY>>` in a user message. Recall output is marked
+# Same history, now inside a session (against the simulator). In a session microcompact runs only
+# under pressure (`Limits.pressure_trigger`, 60% of the window or the cap by default): below it the
+# history is sent untouched, so the provider's prompt cache survives (notebook 6). Six whole files
+# (the per-result budget raised to 60,000 chars) fill more than 60% of a 56k-token window, so the
+# first request rewrites the old results in one batch.
+# The model gets the `recall` tool as soon as the archive holds something (an agent with tools of
+# its own has it from the start). Here the scripted model calls it for the first stub; you can also
+# type `@recall <<ccr:KEY>>` in a user message. Recall output is marked
 # `is_recall` and `preserve_verbatim`: it is never re-compressed or re-archived.
 
 # %%
@@ -132,7 +137,8 @@ def connection(gw):
 
 gw = GatewaySimulator(context_window=64_000).start()
 model, kwargs = connection(gw)
-session = Session(model, **kwargs, system="You are a coding agent.", limits=Limits(context_window=64_000),
+session = Session(model, **kwargs, system="You are a coding agent.",
+                  limits=Limits(context_window=56_000, tool_result_max_chars=60_000),
                   archive=Archive.in_memory(session_id="recall"), session_id="recall", status=print)
 session.add_messages(history[1:])  # Message values keep their tool/path/line metadata
 reply = session.send("Anything else to read?")
