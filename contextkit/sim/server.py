@@ -3,8 +3,9 @@
 litellm talks to it over real HTTP (OpenAI chat completions and Anthropic messages, JSON and
 SSE). In front of the scripted model sits a simulated gateway: a body-size cap checked on
 Content-Length (like nginx or a WAF, before any parsing), a context window counted with
-tiktoken, an output cap, latency and one-shot faults. Every request is logged as a
-``RequestRecord``.
+tiktoken, an output cap, latency and one-shot faults. Behind the gateway, a provider-style prompt
+cache (``gw.cache``, ``contextkit.sim.cache``) reports cached prompt tokens in each route's usage
+fields. Every request is logged as a ``RequestRecord`` (with its cached and newly cached tokens).
 """
 
 from __future__ import annotations
