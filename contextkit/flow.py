@@ -10,8 +10,9 @@
 
 ``Session`` drives it synchronously, asynchronously and while streaming, so recovery behaves the
 same in every loop (S6.5). Order per request (research §9.10): turn-boundary rewrites
-(microcompact, read dedup) → the oversize rule, pre-flight / auto compaction → pairing repair →
-outgoing copy with tool-result budgets → the known-limit check (a request at or above a size the
+(tool-result budgets on arrival, the oversize rule, then microcompact and read dedup only under
+pressure - issue 14) → pre-flight / auto compaction → pairing repair → the outgoing copy (the
+history itself) with its cache breakpoints → the known-limit check (a request at or above a size the
 endpoint rejected, or above the cap, is never sent: the ladder climbs instead) → request → on
 failure: classify → judge it on the evidence (``contextkit.evidence``): retry, recover (learn the
 limit, floor diagnostic, ladder level, one-time payload notice) or fail; on ``length``: escalate
@@ -35,7 +36,7 @@ from contextkit.errors import AuthenticationFailed, ProviderError, RecoveryFaile
 from contextkit.events import RequestEvent
 from contextkit.evidence import Lesson, judge
 from contextkit.learning import after_clean_turn, restore_budgets
-from contextkit.messages import Message, ToolCall, to_wire_list
+from contextkit.messages import Message, ToolCall
 from contextkit.preflight import (
     Effect,
     Flow,
@@ -47,7 +48,7 @@ from contextkit.preflight import (
     known_to_fail,
     measure,
     outgoing,
-    request_messages,
+    request_for,
     summarizer_window,
     turn_boundary,
 )
@@ -134,6 +135,8 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
         turn_boundary(ctx)
         yield from compact_if_needed(ctx)
         out, sent = outgoing(ctx)
+        request = request_for(ctx, out, sent)
+        sent = request.sent
         refusal = known_to_fail(ctx, sent)
         if refusal is not None:
             # Never send what is known to fail: climb the ladder without a request.
@@ -145,8 +148,7 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
             yield from recover(ctx, None, sent, episode.level + 1, episode, refusal=refusal)
             episode.level += 1
             continue
-        wire = to_wire_list(out)
-        body = _body(wire, ctx.tools)
+        body = _body(request.wire, ctx.tools)
         digest = hashlib.sha256(body).hexdigest()
         params = dict(ctx.params)
         if st.max_tokens:
@@ -154,8 +156,9 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
         sample = ctx.probe.feed(body)
         st.stats.cache_breaks += sample.cache_break
         purpose = "continuation" if answer.parts else "turn"
-        messages = request_messages(ctx, out, wire)
-        call = CallModel(messages, ctx.tools or None, params, sent.bytes, sent.tokens, stream=stream, purpose=purpose)
+        ctx.cache_anchor = request.anchor
+        call = CallModel(request.messages, ctx.tools or None, params, sent.bytes, sent.tokens, stream=stream,
+                         purpose=purpose)  # fmt: skip
         outcome, failure = yield from _request(ctx, call, sent, episode.level, len(turn.attempts) + 1, sample)
         unread = failure is not None and failure.kind != FailureKind.CONTEXT_OVERFLOW and digest not in probed
         if isinstance(outcome, ModelFailure) and outcome.empty and unread:

@@ -9,18 +9,19 @@ their outcomes to the session's evidence and never sends one at or above a known
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from contextkit.events import CompactionEvent
 from contextkit.classify import FailureKind, classify_failure
 from contextkit.errors import PayloadFloorError, ProviderError
+from contextkit.events import CompactionEvent
 from contextkit.evidence import Lesson, gateway_how, judge, learned_cap
 from contextkit.floor import floor_measure, floor_text
 from contextkit.flowctx import Effect, Flow, FlowContext, emit_history, measure
 from contextkit.learning import announce_window, learn_cap
 from contextkit.markers import marker
-from contextkit.messages import Message, newest_request_index
-from contextkit.policy.breakpoints import anchor_position, breakpoint_positions, with_breakpoints
+from contextkit.messages import Message, newest_request_index, to_wire_list
+from contextkit.policy.breakpoints import anchor_position, breakpoint_bytes, breakpoint_positions, with_breakpoints
 from contextkit.policy.budgets import enforce_tool_result_budgets
 from contextkit.policy.microcompact import MicrocompactConfig
 from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, original_of
@@ -35,6 +36,7 @@ __all__ = [
     "Effect",
     "Flow",
     "FlowContext",
+    "Request",
     "byte_budget",
     "compact_if_needed",
     "emit_history",
@@ -42,7 +44,7 @@ __all__ = [
     "known_to_fail",
     "measure",
     "outgoing",
-    "request_messages",
+    "request_for",
     "run_compaction",
     "summarizer_window",
     "turn_boundary",
@@ -68,24 +70,30 @@ def turn_boundary(ctx: FlowContext) -> None:
     """No-LLM rewrites of the persistent history, cache-aware (issue 14).
 
     Tool-result budgets cap a result when it arrives, before it is ever sent (the budgets are
-    idempotent, so results already sent are not touched again). Read dedup and microcompact act
-    only under pressure, in one batched step (``policy/pressure.py``): below the trigger the
-    request is append-only and the provider's prompt cache survives.
+    idempotent, so results already sent are not touched again). The oversize rule comes next, so
+    the pressure pass sizes the request it will really send (with the excerpt of a paste too big to
+    send whole, never the paste). Read dedup and microcompact act only under pressure against the
+    limits in force (the cap, a size the endpoint rejected, the window, a token count that
+    overflowed), in one batched step (``policy/pressure.py``): below the trigger the request is
+    append-only and the provider's prompt cache survives.
     """
     st = ctx.state
-    before = measure(ctx, st.history)
     history, budget = enforce_tool_result_budgets(
         st.history, archive=ctx.archive, turn_budget=st.turn_budget, per_result=st.per_result_budget
     )
     if budget.changed:
         ctx.notify("budget", budget.describe(), "info")
-        before = _turn_rewrite(ctx, "budget", budget.describe(), before, history, budget.archived_keys)
+        _turn_rewrite(ctx, "budget", budget.describe(), measure(ctx, st.history), history, budget.archived_keys)
+        st.history = history
+    announce_window(ctx)
+    fit_newest_message(ctx)  # first: the pass must size the excerpt that will be sent, not the paste
+    before = measure(ctx, st.history)
     history, report = relieve_pressure(
-        history,
+        st.history,
         archive=ctx.archive,
         measure=lambda h: measure(ctx, h),
-        window=st.context_window,
-        cap=st.cap,
+        window=_token_limit(ctx),
+        cap=_byte_limit(ctx),
         config=PressureConfig.from_limits(st.limits),
         micro=MicrocompactConfig.from_limits(st.limits),
     )
@@ -97,8 +105,9 @@ def turn_boundary(ctx: FlowContext) -> None:
         ctx.notify("pressure", report.describe() + " - the prompt cache restarts at the first rewritten result", "info")
     if report.acted:
         _turn_rewrite(ctx, "microcompact", report.describe(), before, history, report.archived_keys, report.reason)
-    if budget.changed or report.changed:
+    if report.changed:
         st.history = history
+    if budget.changed or report.changed:
         emit_history(ctx, "microcompact")
 
 
@@ -129,6 +138,12 @@ def _token_limit(ctx: FlowContext) -> int:
     overflowed = ctx.evidence().smallest_overflow_tokens
     window = ctx.state.context_window
     return min(window, overflowed - 1) if overflowed else window
+
+
+def _byte_limit(ctx: FlowContext) -> int | None:
+    """Bytes a request may not exceed: the cap, and one byte below what the endpoint rejected."""
+    limits = [x for x in (ctx.state.cap, ctx.evidence().ceiling) if x is not None]
+    return min(limits) if limits else None
 
 
 def fit_newest_message(ctx: FlowContext) -> None:
@@ -351,7 +366,7 @@ def check_known_floor(ctx: FlowContext) -> None:
     st = ctx.state
     floor = floor_measure(ctx)
     ev = ctx.evidence()
-    limit_bytes = min(x for x in (st.cap, ev.ceiling) if x is not None) if (st.cap or ev.ceiling) else None
+    limit_bytes = _byte_limit(ctx)
     overflowed = ev.smallest_overflow_tokens
     if limit_bytes is not None and floor.bytes > limit_bytes:
         text = f"The {st.cap_source or 'configured'} payload cap is {format_size(limit_bytes)}"
@@ -363,16 +378,32 @@ def check_known_floor(ctx: FlowContext) -> None:
         )
 
 
-def request_messages(ctx: FlowContext, out: Sequence[Message], wire: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The messages as sent: with ``cache_control`` breakpoints for providers that need them."""
+@dataclass(frozen=True)
+class Request:
+    """One request as it will be sent."""
+
+    wire: list[dict[str, Any]]  # the messages without breakpoints: what the prefix probe compares
+    messages: list[dict[str, Any]]  # as sent: with cache_control breakpoints for providers that need them
+    sent: Measure  # bytes and tokens as sent, the breakpoints' bytes included (the hard limit sees them)
+    anchor: tuple[Message, ...]  # the prefix up to this request's anchor, to remember once it is sent
+
+
+def request_for(ctx: FlowContext, out: Sequence[Message], sent: Measure) -> Request:
+    """``out`` as sent (``policy/breakpoints.py``). Pure: the flow stores ``anchor`` in
+    ``ctx.cache_anchor`` only when the request really goes out (a refused one moves no anchor)."""
+    wire = to_wire_list(out)
     if not ctx.breakpoints:
-        return wire
+        return Request(wire, wire, sent, ())
     previous = ctx.cache_anchor
     still_valid = bool(previous) and tuple(out[: len(previous)]) == previous
     positions = breakpoint_positions(out, previous_anchor=len(previous) - 1 if still_valid else None)
     anchor = anchor_position(out)
-    ctx.cache_anchor = tuple(out[: anchor + 1]) if anchor is not None else ()
-    return with_breakpoints(wire, positions)
+    return Request(
+        wire,
+        with_breakpoints(wire, positions),
+        replace(sent, bytes=sent.bytes + breakpoint_bytes(positions)),
+        tuple(out[: anchor + 1]) if anchor is not None else (),
+    )
 
 
 def _body(messages: list[dict[str, Any]], tools: Any) -> bytes:

@@ -13,6 +13,7 @@ import pytest
 from contextkit import Limits, Session, backend
 from contextkit.archive import Archive
 from contextkit.events import NoticeEvent, RecoveryEvent, RequestEvent
+from contextkit.policy.oversize import EXCERPT_TAG
 from contextkit.sim import GatewaySimulator, Workspace
 from contextkit.sim.wire import prompt_blocks
 from contextkit.state import SessionStats
@@ -205,3 +206,36 @@ def test_recovery_acts_whatever_the_trigger(gw: GatewaySimulator):
     assert [e for e in session.events if isinstance(e, RecoveryEvent)], "the gateway rejected, recovery compacted"
     assert all(r.bytes <= 40 * 1024 for r in gw.requests if r.accepted)
     assert session.payload_cap is not None and len(session.history) > 0
+
+
+# the pressure gate and trust-core's limits (issue 12) ----------------------------------------------------------
+
+
+def test_a_paste_too_big_to_send_whole_is_cut_before_the_pressure_pass_sizes_the_request(gw: GatewaySimulator):
+    """The oversize rule runs first: the pass sees the excerpt that will be sent (~45 KB), not the
+    150 KB paste, so the old results stay verbatim and the request is still append-only."""
+    gw.reset()
+    session = agent(gw, limits=Limits(context_window=1_000_000, max_payload="128KB"), file_bytes=6_000)
+    read_turns(session, 3)  # ~27 KB of results: with the excerpt the request is ~53% of the cap
+    results = [m.content for m in session.history if m.role == "tool"]
+    paste = "\n".join(f"line {i}: " + "payload data " * 8 for i in range(1_400))  # ~150 KB
+    assert session.send("Please check this:\n" + paste).text
+    assert session.history[-2].content.startswith(EXCERPT_TAG)
+    assert [m.content for m in session.history if m.role == "tool"] == results
+    assert not [e for e in session.events if isinstance(e, NoticeEvent) and e.code == "pressure"]
+    assert all(e.append_only is not False for e in requests(session))
+    assert max(r.bytes for r in gw.requests) <= 128 * 1024
+
+
+def test_breakpoint_bytes_are_measured_so_the_hard_cap_holds_for_the_body_as_sent(gw: GatewaySimulator):
+    """cache_control adds ~37 bytes per breakpoint: the request's measure counts them (the RequestEvent
+    equals the simulator's log on the OpenAI route), so the configured cap is a hard limit for them too."""
+    gw.reset()
+    gw.clear_log()
+    session = agent(gw, limits=Limits(context_window=1_000_000, max_payload="40KB"), file_bytes=3_000,
+                    cache_breakpoints=True)  # fmt: skip
+    read_turns(session, 16)
+    records = [r for r in gw.requests if r.kind == "turn"]
+    assert any("cache_control" in gw.body(r.seq).decode() for r in records)
+    assert [e.bytes for e in requests(session)] == [r.bytes for r in records]
+    assert all(r.accepted for r in records) and max(r.bytes for r in records) <= 40 * 1024

@@ -67,9 +67,11 @@ class Mode:
     loops: tuple[str, ...] = LOOPS  # stream faults only exist in streamed responses
 
 
-# The gateway modes configure a cap above the gateway's real one, so the first request is refused and
-# recovery learns the cap; the history must stay below the pressure trigger (60%) of the configured
-# cap, or the no-LLM pass would shrink it under the real cap before anything is sent (issue 14).
+# The gateway modes configure a cap above the gateway's real one: the configured cap is a hard limit
+# (nothing above it is sent) but the ~41 KB history is below it, so the first request goes out, the
+# gateway refuses it and recovery learns the tighter cap. The history must also stay below the pressure
+# trigger (60%) of the configured cap, or the no-LLM pass would shrink it under the real cap before
+# anything is sent (issue 14): hence 96 KB, not 64 KB.
 MODES: list[Mode] = [
     *[Mode(f"overflow-{style}", {"context_window": 3_000, "overflow_style": style}) for style in OVERFLOW_STYLES],
     Mode("overflow-anthropic-route", {"context_window": 3_000, "overflow_style": "anthropic"}, route="anthropic"),

@@ -173,3 +173,13 @@ def test_limits_fields_validate_and_reach_the_config():
         Limits(pressure_trigger=1.5)
     with pytest.raises(ConfigError, match="keep_tool_results"):
         Limits(keep_tool_results=1.5)  # type: ignore[arg-type]
+
+
+def test_at_a_hard_limit_the_pass_applies_whatever_it_frees():
+    """pressure >= 1: the request cannot be sent as it is and the cache breaks anyway, so the cheapest
+    rewrite (no LLM) is applied even when it frees less than clear_at_least."""
+    h = agent(3)
+    out, report = relieve(h, window_for(h, 1.05), trigger=0.6, target=0.0, keep=2, clear_at_least=0.9)
+    assert report.acted and out != h and report.before - report.after < 0.9
+    out, report = relieve(h, window_for(h, 0.95), trigger=0.6, target=0.0, keep=2, clear_at_least=0.9)
+    assert not report.acted and out == h

@@ -27,10 +27,12 @@ from typing import Any
 from contextkit.messages import Message
 from contextkit.policy.microcompact import ONE_LINER_PREFIX, is_candidate
 from contextkit.policy.trim import STUB_PREFIX
+from contextkit.sizing import dumps
 
 __all__ = [
     "EPHEMERAL",
     "anchor_position",
+    "breakpoint_bytes",
     "breakpoint_positions",
     "needs_breakpoints",
     "volatile_from",
@@ -106,3 +108,8 @@ def with_breakpoints(wire: Sequence[Mapping[str, Any]], positions: Sequence[int]
     """Copies of the wire messages with ``cache_control`` on ``positions`` (others unchanged)."""
     marked = set(positions)
     return [dict(m, cache_control=dict(EPHEMERAL)) if i in marked else dict(m) for i, m in enumerate(wire)]
+
+
+def breakpoint_bytes(positions: Sequence[int]) -> int:
+    """Bytes the breakpoints add to a request body: ``,"cache_control":{...}`` in each marked message."""
+    return len(positions) * (len(dumps({"cache_control": EPHEMERAL})) - 1)  # the braces out, a comma in

@@ -6,14 +6,17 @@ that cache away from the rewritten message on. So read dedup and microcompact do
 request: ``relieve_pressure`` acts only when the request crosses a **trigger**, and then it acts
 in one large step, so that one cache break buys many append-only requests:
 
-* **pressure** = the larger of request tokens / context window and request bytes / payload cap.
+* **pressure** = the larger of request tokens / context window and request bytes / payload cap
+  (the caller passes the limits in force: learned, configured, or a size the endpoint rejected).
 * Below ``trigger`` (default 0.60) nothing changes: the history is append-only.
 * At or above it, in order, until the request is down to ``target`` (default 0.40): superseded
   reads become stubs; tool results age as microcompact says (previews, then one-liners); then
   the oldest remaining results become one-liners. The last ``keep`` tool results (default 1), and
   any result the model has not answered yet, are never touched.
 * A pass that would free less than ``clear_at_least`` (default 0.10 of the limit) is not applied:
-  a cache break must be worth it. The history then stays as it is until the next request.
+  a cache break must be worth it. The history then stays as it is until the next request. Except
+  when the request is at or above a hard limit (pressure >= 1): it cannot be sent as it is, the
+  cache breaks anyway, and the cheapest rewrite is this one (no LLM) - whatever it frees.
 * ``trigger=0`` is the behaviour before issue 14 (rewrite on every request, no keep, no minimum),
   kept so benchmarks can measure it next to the new default.
 
@@ -214,7 +217,7 @@ def relieve_pressure(
     )  # fmt: skip
     if not (dd.changed or mc.changed or cleared):
         return list(history), _skipped(report, "nothing to rewrite outside the kept results")
-    if before - after < cfg.clear_at_least:
+    if before - after < cfg.clear_at_least and before < 1.0:
         return list(history), _skipped(report, f"would free only {before - after:.0%}, not worth a cache break")
     if not sink.commit(out):
         return list(history), _skipped(report, "the archive refused an original")
