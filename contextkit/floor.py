@@ -11,30 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from contextkit.flowctx import FlowContext, measure
-from contextkit.markers import ArchiveSink
 from contextkit.messages import Message, newest_request_index
 from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, original_of
 from contextkit.policy.shrink import shrink_to_budget
-from contextkit.policy.testing import MemorySink
+from contextkit.policy.testing import StagedSink
 from contextkit.policy.truncate import emergency_truncate
 from contextkit.sizing import Measure, format_size, request_bytes
 
 
-class DrySink(MemorySink):
-    """An ``ArchiveSink`` that writes nothing to the session's archive: keys as the real archive would
-    give them; reads fall back to the real archive so derived stubs are recognised as such."""
-
-    def __init__(self, real: ArchiveSink) -> None:
-        super().__init__()
-        self.real = real
-
-    def get(self, key: str) -> str | None:
-        return super().get(key) or self.real.get(key)
-
-
 def minimal_history(ctx: FlowContext, history: Sequence[Message]) -> list[Message]:
     """What recovery can reduce ``history`` to at most (nothing is archived)."""
-    dry = DrySink(ctx.archive)
+    dry = StagedSink(ctx.archive)  # never committed: the dry run stores nothing
     lim = ctx.state.limits
     out = list(history)
     i = newest_request_index(out)

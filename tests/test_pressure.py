@@ -10,8 +10,8 @@ from contextkit.errors import ConfigError
 from contextkit.markers import extract_keys
 from contextkit.messages import Message, ToolCall
 from contextkit.policy.microcompact import ONE_LINER_PREFIX, MicrocompactConfig, microcompact
-from contextkit.policy.pressure import PressureConfig, StagedSink, kept_indices, pressure, relieve_pressure
-from contextkit.policy.testing import MemorySink
+from contextkit.policy.pressure import PressureConfig, kept_indices, pressure, relieve_pressure
+from contextkit.policy.testing import MemorySink, StagedSink
 from contextkit.policy.trim import STUB_PREFIX, dedup_repeated_reads
 from contextkit.settings import Limits
 from contextkit.sizing import Measure, RequestMeter

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from contextkit.markers import ArchiveSink
 from contextkit.messages import Message
 from contextkit.policy._common import archive_original, describe_origin, origin_of, with_suffix
-from contextkit.policy.pressure import StagedSink
+from contextkit.policy.testing import StagedSink
 
 __all__ = ["CLEARED_PREFIX", "ClearingConfig", "ClearingReport", "clear_tool_uses"]
 

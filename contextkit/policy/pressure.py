@@ -40,11 +40,11 @@ from contextkit.policy.microcompact import (
     is_candidate,
     microcompact,
 )
-from contextkit.policy.testing import MemorySink
+from contextkit.policy.testing import StagedSink
 from contextkit.policy.trim import STUB_PREFIX, DedupReport, dedup_repeated_reads
 from contextkit.sizing import Measure, format_size
 
-__all__ = ["PressureConfig", "PressureReport", "StagedSink", "pressure", "relieve_pressure"]
+__all__ = ["PressureConfig", "PressureReport", "pressure", "relieve_pressure"]
 
 
 @dataclass(frozen=True)
@@ -116,48 +116,6 @@ class PressureReport:
             f"pressure {self.before:.0%} -> {self.after:.0%}: {what} (last {self.kept} tool results kept; "
             f"{format_size(self.bytes_before - self.bytes_after)} freed)"
         )
-
-
-class StagedSink:
-    """An ``ArchiveSink`` that holds puts until ``commit``: a pass that is not applied archives nothing.
-
-    ``get`` sees staged content first, then the real archive, so derived stubs resolve as usual.
-    """
-
-    def __init__(self, archive: ArchiveSink) -> None:
-        self.archive = archive
-        self._memory = MemorySink()  # same keys and the same refusal of marked content as any sink
-        self._meta: dict[str, tuple[str, str | dict[str, object] | None, bool]] = {}
-
-    @property
-    def staged(self) -> dict[str, str]:
-        return self._memory.entries
-
-    def put(
-        self,
-        content: str,
-        *,
-        kind: str = "message",
-        origin: str | dict[str, object] | None = None,
-        allow_markers: bool = False,
-    ) -> str | None:
-        key = self._memory.put(content, kind=kind, origin=origin, allow_markers=allow_markers)
-        if key is not None:
-            self._meta.setdefault(key, (kind, origin, allow_markers))
-        return key
-
-    def get(self, key: str) -> str | None:
-        staged = self._memory.get(key)
-        return staged if staged is not None else self.archive.get(key)
-
-    def commit(self, cited: Sequence[Message]) -> bool:
-        """Archive every staged original a message of ``cited`` points at; False if the archive refused one."""
-        keys = {k for m in cited for k in extract_keys(m.content)}
-        for key, content in self.staged.items():
-            kind, origin, allow = self._meta[key]
-            if key in keys and self.archive.put(content, kind=kind, origin=origin, allow_markers=allow) != key:
-                return False
-        return True
 
 
 def kept_indices(history: Sequence[Message], keep: int) -> frozenset[int]:
