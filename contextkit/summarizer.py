@@ -121,7 +121,6 @@ class LiteLLMSummarizer:
         )  # fmt: skip
 
     def _response(self, response: Any, model: str) -> SummaryResponse:
-
         prompt_tokens, completion_tokens = _usage(response)
         return SummaryResponse(
             text=_response_text(response),
