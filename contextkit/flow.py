@@ -157,8 +157,9 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
         st.stats.cache_breaks += sample.cache_break
         purpose = "continuation" if answer.parts else "turn"
         ctx.cache_anchor = request.anchor
-        call = CallModel(request.messages, ctx.tools or None, params, sent.bytes, sent.tokens, stream=stream,
-                         purpose=purpose)  # fmt: skip
+        call = CallModel(
+            request.messages, ctx.tools or None, params, sent.bytes, sent.tokens, stream=stream, purpose=purpose
+        )
         outcome, failure = yield from _request(ctx, call, sent, episode.level, len(turn.attempts) + 1, sample)
         unread = failure is not None and failure.kind != FailureKind.CONTEXT_OVERFLOW and digest not in probed
         if isinstance(outcome, ModelFailure) and outcome.empty and unread:
