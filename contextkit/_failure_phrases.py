@@ -23,11 +23,31 @@ OVERFLOW_PHRASES = (
     "too many tokens", "too many input tokens", "token limit", "input token count", "maximum prompt length",
     "maximum number of tokens", "exceeds model", "reduce the length", "reduce your prompt",
     "messages too long", "conversation too long", "maximum input length", "prompt length",
-    "exceeds the available context size", "input tokens exceed", "input length", "context_window_exceeded",
-    "contextwindowexceeded",
+    "exceeds the available context size", "input tokens exceed", "input length", "exceed_context_size_error",
+    "tokens + `max_new_tokens` must be", "`inputs` must have less than", "maximum model length",
+    "longer than the model's context length",
+    "context_window_exceeded", "contextwindowexceeded",  # codes and litellm's class name: last, least telling
 )  # fmt: skip
 OVERFLOW_SUBJECTS = re.compile(r"\btokens?\b|\bcontext\b|\blength\b|\bprompt\b")
 OVERFLOW_EXCESS = ("exceed", "too large", "too long", "limit", "maximum")
+# A 400 about one field of the request (its type, its length, its name) or an unknown parameter:
+# "string too long ... maximum length" there is about a tool description or a name, not the context.
+# litellm maps some of these to ContextWindowExceededError, so they are checked before the class.
+FIELD_ERROR_PHRASES = (
+    "expected a string with maximum length", "expected an array with maximum length", "string_above_max_length",
+    "array_above_max_length", "string too long", "array too long", "unrecognized request argument",
+    "unknown parameter", "unsupported parameter", "unrecognized parameter", "extra inputs are not permitted",
+    "additional properties are not allowed", "extra_forbidden", "string should have at most",
+    "list should have at most", "string should match pattern", "does not match pattern", "unknown name",
+    "invalid type for", "invalid value for",
+)  # fmt: skip
+# The field a provider names: OpenAI "Invalid 'tools[0].function.description': ...", Anthropic
+# "tools.0.custom.name: String should ...", pydantic "Unknown parameter: 'foo'".
+FIELD_NAME = re.compile(
+    r"invalid (?:type for |value for )?'([^']{1,200})'|\b((?:messages|tools|system)\.\d+[\w.]*):|parameter:? '([^']{1,200})'"
+)
+# A message's own text over the provider's per-string limit (OpenAI: 10 MB): shrinking it helps.
+CONTENT_FIELD = re.compile(r"^messages[\[.]\d+\]?\.content\b")
 OUTPUT_LIMIT_PHRASES = (
     "completion tokens", "output tokens", "max_tokens is too large", "max_completion_tokens is too large",
 )  # fmt: skip
@@ -82,6 +102,28 @@ SERVER_PHRASES = (
     "server had an error", "temporarily unavailable", "upstream connect error",
 )  # fmt: skip
 SERVER_CLASSES = {"InternalServerError", "ServiceUnavailableError", "APIError", "BadGatewayError"}
+
+# The window a provider names in its overflow message (lower-cased text), most specific first.
+WINDOW_PATTERNS = tuple(
+    re.compile(p)
+    for p in (
+        r'"n_ctx"\s*:\s*(\d+)',  # llama.cpp server JSON: exceed_context_size_error
+        r"tokens \+ `max_new_tokens` must be <= (\d+)",  # Hugging Face TGI
+        r"`inputs` must have less than (\d+) tokens",  # Hugging Face TGI
+        r"maximum context length is (\d+)",  # OpenAI, vLLM, llama-cpp-python, DeepSeek, Azure, OpenRouter
+        r"exceed context window of (\d+)",  # llama.cpp "Requested tokens (N) exceed context window of W"
+        r"context window of (\d+)",
+        r"maximum model length of (\d+)",  # vLLM
+        r"maximum number of tokens allowed \((\d+)\)",  # Gemini
+        r"maximum prompt length is (\d+)",  # xAI
+        r"too large for model with (\d+) maximum context length",  # Mistral
+        r"exceed context limit: [\d\s+]*> ?(\d+)",  # Anthropic input + max_tokens
+        r"> ?(\d+) maximum",  # Anthropic "prompt is too long: N tokens > W maximum"
+        r"input tokens exceed the configured limit of (\d+)",  # Azure Responses
+        r"while limit is (\d+)",  # Cerebras
+        r"prompt cannot exceed (\d+)",  # Cohere
+    )
+)
 
 # A status written as a status: "HTTP 413", "Error code: 413", "StatusCode: 403", "status 413",
 # "<title>413 ...", or a text that starts with "413 " - never digits inside ids or counts.

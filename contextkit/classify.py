@@ -28,6 +28,12 @@ Precedence (first rule that matches wins):
    minute" is a rate limit, not an overflow).
 6. ``TRANSIENT`` - timeouts: ``Timeout`` / ``APITimeoutError`` / httpx ``*Timeout`` /
    ``TimeoutError``, status 408, ``TIMEOUT_PHRASES`` ("context deadline exceeded" lands here).
+6b. ``OTHER`` - a 400/422 about one field of the request (``FIELD_ERROR_PHRASES``): "Invalid
+   'tools[0].function.description': string too long. Expected a string with maximum length 1024",
+   a message ``name`` over 64 characters, an unknown or unsupported parameter. Checked before the
+   class because litellm maps some of these to ``ContextWindowExceededError``: the message decides,
+   not the class. Exception: a message's *content* over the provider's per-string limit is an
+   overflow (shrinking it helps).
 7. ``CONTEXT_OVERFLOW`` - litellm's ``ContextWindowExceededError``, ``OVERFLOW_PHRASES``,
    "max_tokens" + "exceed", or the status-aware rule: a 400/413 whose body has a subject word
    (``OVERFLOW_SUBJECTS``) and an excess word (``OVERFLOW_EXCESS``). A request whose *output*
@@ -41,6 +47,9 @@ Precedence (first rule that matches wins):
 10. ``AUTH`` by class (``AuthenticationError``, ``PermissionDeniedError``) or ``AUTH_PHRASES``.
 11. ``TRANSIENT`` - 5xx / 529, server-error classes, ``SERVER_PHRASES``.
 12. ``OTHER`` - everything else (unknown parameter, bad request, model not found).
+
+For an overflow, ``Failure.window_tokens`` is the window the provider names, when it names one
+(``window_from_message``: OpenAI, vLLM, llama.cpp, TGI, Anthropic, Gemini ... wordings).
 
 Fixed quirks of the source system (research doc §3): the generic "too long" phrase is gone
 ("file name too long" is not an overflow), and "413" / "431" / "403" count only as a real status
@@ -63,6 +72,9 @@ from contextkit._failure_phrases import (
     BARE_EOF,
     CONNECTION_CLASSES,
     CONNECTION_PHRASES,
+    CONTENT_FIELD,
+    FIELD_ERROR_PHRASES,
+    FIELD_NAME,
     HTML_AS_JSON_FINGERPRINTS,
     HTML_DOCUMENT,
     LIKELY_PAYLOAD_MIN_BYTES,
@@ -82,8 +94,12 @@ from contextkit._failure_phrases import (
     WAF_SERVERS,
     WAF_SIGNALS,
     WAF_WORD,
+    WINDOW_PATTERNS,
 )
 from contextkit.sizing import format_size
+
+# The reason of a connection closed before any answer (``Failure.connection_drop``) starts with this.
+NETWORK_ERROR = "network error"
 
 
 class FailureKind(StrEnum):
@@ -126,6 +142,8 @@ class Failure:
     status: int | None = None
     retry_after: float | None = None
     provider_message: str = ""
+    window_tokens: int | None = None  # the window an overflow message names (e.g. 4096), else None
+    connection_drop: bool = False  # the connection closed before any answer (nginx ``return 444``, a reset)
 
     @property
     def recoverable(self) -> bool:
@@ -182,7 +200,25 @@ def classify_failure(
         status=ev.status,
         retry_after=retry_after,
         provider_message=ev.message,
+        window_tokens=window_from_message(ev.text) if kind == FailureKind.CONTEXT_OVERFLOW else None,
+        connection_drop=kind == FailureKind.LIKELY_PAYLOAD or reason.startswith(NETWORK_ERROR),
     )
+
+
+def window_from_message(text: str) -> int | None:
+    """The context window (tokens) an overflow message names, or None.
+
+    "maximum context length is 4096" (OpenAI, vLLM, llama-cpp-python), ``"n_ctx": 2048`` (llama.cpp
+    server JSON), "exceed context window of 2048" (llama.cpp), "`inputs` tokens + `max_new_tokens`
+    must be <= 2048" (TGI), "maximum model length of 4096" (vLLM), "> 200000 maximum" (Anthropic),
+    Gemini, xAI, Mistral, Azure Responses, Cerebras and Cohere wordings (``WINDOW_PATTERNS``).
+    """
+    lowered = text.lower()
+    for pattern in WINDOW_PATTERNS:
+        match = pattern.search(lowered)
+        if match and int(match.group(1)) > 0:
+            return int(match.group(1))
+    return None
 
 
 def _decide(ev: _Evidence, history_bytes: int | None, request_bytes: int | None) -> tuple[FailureKind, str]:
@@ -211,6 +247,8 @@ def _decide(ev: _Evidence, history_bytes: int | None, request_bytes: int | None)
     timeout_text = _first(text, TIMEOUT_PHRASES) and (status is None or status >= 500)
     if status == 408 or classes & TIMEOUT_CLASSES or timeout_text:
         return FailureKind.TRANSIENT, "timeout"
+    if status in (None, 400, 422) and (field_error := _field_error(text)):
+        return field_error
     if overflow := _overflow_reason(text, status, classes):
         return FailureKind.CONTEXT_OVERFLOW, overflow
     if _first(text, OUTPUT_LIMIT_PHRASES) and status in (None, 400):
@@ -220,7 +258,7 @@ def _decide(ev: _Evidence, history_bytes: int | None, request_bytes: int | None)
     if net := _connection_signal(text, classes):
         if net == "eof" and "request" in text:
             # "error reading request body: EOF" is the server failing to read us, not a body cap.
-            return FailureKind.TRANSIENT, "network error (eof while reading the request)"
+            return FailureKind.TRANSIENT, f"{NETWORK_ERROR} (eof while reading the request)"
         sizes = [n for n in (history_bytes, request_bytes, ev.annotated_bytes) if n is not None]
         size = max(sizes) if sizes else None
         if ev.mid_stream_output:
@@ -228,7 +266,7 @@ def _decide(ev: _Evidence, history_bytes: int | None, request_bytes: int | None)
         if size is not None and size > LIKELY_PAYLOAD_MIN_BYTES:
             return FailureKind.LIKELY_PAYLOAD, f"suspected payload limit (large history {format_size(size)} + {net})"
         where = f", {format_size(size)} is below the 500 KB payload threshold" if size is not None else ""
-        return FailureKind.TRANSIENT, f"network error ({net}{where})"
+        return FailureKind.TRANSIENT, f"{NETWORK_ERROR} ({net}{where})"
     if classes & {"AuthenticationError", "PermissionDeniedError"} or _first(text, AUTH_PHRASES):
         return FailureKind.AUTH, "authentication or permission error"
     if (status is not None and (status >= 500)) or _first(text, SERVER_PHRASES):
@@ -256,6 +294,27 @@ def _overflow_reason(text: str, status: int | None, classes: set[str]) -> str | 
         if subject and excess:
             return f"context window exceeded ({status}: {subject.group(0)} + {excess})"
     return None
+
+
+def _field_error(text: str) -> tuple[FailureKind, str] | None:
+    """A 400 about one field of the request or an unknown parameter (see ``FIELD_ERROR_PHRASES``).
+
+    "string too long ... maximum length 1024" about a tool description or a message ``name`` is
+    ``OTHER``: compaction cannot fix it and nothing may be learned from it. The one field whose length
+    *is* the context is a message's content (OpenAI caps a string at 10 MB): that stays an overflow.
+    """
+    phrase = _first(text, FIELD_ERROR_PHRASES)
+    if phrase is None:
+        return None
+    match = FIELD_NAME.search(text)
+    field = next((g for g in match.groups() if g), "") if match else ""
+    if field and CONTENT_FIELD.match(field) and ("long" in phrase or "at most" in phrase or "max" in phrase):
+        return FailureKind.CONTEXT_OVERFLOW, f"context window exceeded ('{field}' {phrase})"
+    # a field error names its field; without one, a provider's own overflow wording still wins
+    if not field and _first(text.replace("contextwindowexceeded", ""), OVERFLOW_PHRASES):
+        return None
+    what = f"'{field}': {phrase}" if field else phrase
+    return FailureKind.OTHER, f"invalid request field ({what}) - not about the context size, nothing to compact"
 
 
 def _waf_signal(ev: _Evidence) -> str | None:

@@ -7,10 +7,16 @@ save/load and by ``contextkit.analysis.frames``.
 The log keeps every event by default, except streamed text deltas: ``EventLog.publish`` hands
 those to subscribers without storing them (a long answer streams hundreds of them). ``EventLog(max_events=N)`` bounds memory for very long
 runs (oldest events are dropped and counted in ``dropped``); subscribers still see every event.
+
+A subscriber that raises never breaks the session, and is never silent either: every error is
+counted in ``subscriber_errors`` (the last one kept in ``last_subscriber_error``), and the first
+error of each subscriber is reported once, as a ``NoticeEvent`` (code ``subscriber_error``) and a
+``logging`` warning on the ``contextkit`` logger.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -19,6 +25,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 Subscriber = Callable[["Event"], None]
+logger = logging.getLogger("contextkit")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -236,6 +243,9 @@ class EventLog:
     _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
     _seq: int = field(default=0, init=False, repr=False)
     dropped: int = field(default=0, init=False)
+    subscriber_errors: int = field(default=0, init=False)
+    last_subscriber_error: BaseException | None = field(default=None, init=False, repr=False)
+    _reported: list[Subscriber] = field(default_factory=list, init=False, repr=False)
     clock: Callable[[], float] = field(default=time.time, repr=False)
 
     def append(self, event: Event) -> Event:
@@ -258,9 +268,30 @@ class EventLog:
         for callback in subscribers:
             try:
                 callback(stamped)
-            except Exception:  # noqa: BLE001 - a broken view must never break the session
-                pass
+            except Exception as exc:  # noqa: BLE001 - a broken view must never break the session
+                self._subscriber_failed(callback, stamped, exc)
         return stamped
+
+    def _subscriber_failed(self, callback: Subscriber, event: Event, exc: Exception) -> None:
+        with self._lock:
+            self.subscriber_errors += 1
+            self.last_subscriber_error = exc
+            first = not any(seen is callback for seen in self._reported)
+            if first:
+                self._reported.append(callback)
+        if not first:
+            return
+        name = getattr(callback, "__qualname__", None) or type(callback).__name__
+        text = (
+            f"event subscriber {name} raised {type(exc).__name__}: {exc} (on a {event.type} event); the session "
+            "goes on, later errors of this subscriber are only counted in events.subscriber_errors"
+        )
+        logger.warning(text, exc_info=exc)
+        self.append(
+            NoticeEvent(
+                session_id=event.session_id, turn=event.turn, code="subscriber_error", text=text, level="warning"
+            )
+        )
 
     def subscribe(self, callback: Subscriber, *, replay: bool = False) -> Callable[[], None]:
         """Call ``callback(event)`` for every new event; returns an unsubscribe function."""

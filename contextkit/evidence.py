@@ -22,7 +22,6 @@ may be at least that big (``EndpointEvidence.ceiling``), unless ``Session.reset_
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -33,17 +32,6 @@ from contextkit.sizing import format_size
 STRAY_BELOW = 0.9
 LEARNED_CAP_SHARE = 0.75  # S5.3: a learned cap is 3/4 of the rejected size
 WINDOW_SHARE = 0.75  # an overflow without a number: the window is below 3/4 of what overflowed
-_WINDOW_RE = (
-    re.compile(r"maximum context length is (\d+)"),
-    re.compile(r"> ?(\d+) maximum"),
-    re.compile(r"maximum number of tokens allowed \((\d+)\)"),
-    re.compile(r"context window of (\d+)"),
-    re.compile(r"maximum prompt length is (\d+)"),
-    re.compile(r"must be <= ?(\d+)"),
-    re.compile(r"cannot exceed (\d+)"),
-    re.compile(r"(\d+) maximum context length"),
-    re.compile(r"context size \((\d+)"),
-)
 
 
 class Lesson(StrEnum):
@@ -140,14 +128,9 @@ class EvidenceBook:
 
 
 def is_connection_drop(failure: Failure) -> bool:
-    """The connection closed before any answer (nginx ``return 444``, a proxy resetting big bodies)."""
-    flagged = getattr(failure, "connection_drop", None)
-    if isinstance(flagged, bool):
-        return flagged
-    if failure.kind == FailureKind.LIKELY_PAYLOAD:
-        return True
-    # litellm reports a dropped connection as an InternalServerError (status 500): read the reason
-    return failure.kind == FailureKind.TRANSIENT and failure.reason.startswith("network error")
+    """The connection closed before any answer (nginx ``return 444``, a proxy resetting big bodies);
+    litellm reports it as an InternalServerError (status 500), so the classifier flags it."""
+    return failure.connection_drop
 
 
 def gateway_how(failure: Failure) -> str:
@@ -218,24 +201,12 @@ def learned_cap(rejected: int, *, floor: int, current: int | None) -> int | None
     return new if new > 0 and (current is None or new < current) else None
 
 
-def window_from_message(text: str) -> int | None:
-    """The window a provider's overflow message states, if any."""
-    lowered = text.lower()
-    for pattern in _WINDOW_RE:
-        match = pattern.search(lowered)
-        if match:
-            value = int(match.group(1))
-            if value > 0:
-                return value
-    return None
-
-
 def learned_window(
     failure: Failure, tokens: int, current: int, *, assumed: bool, learned_this_episode: bool
 ) -> tuple[int, str] | None:
     """``(window, evidence)`` an overflow teaches, or None. The provider's own number wins (and may
     correct an assumed window upwards); without one, 3/4 of the measured tokens, once per episode."""
-    stated = window_from_message(failure.provider_message or failure.reason)
+    stated = failure.window_tokens  # the classifier read it from the provider's message
     if stated:
         if stated < current or (assumed and stated != current):
             return stated, f"the provider states a {stated:,}-token window"

@@ -47,10 +47,11 @@ def floor_text(ctx: FlowContext, limit_text: str, floor: Measure, *, tokens: boo
     """An actionable floor message naming the real sizes (and no system prompt when there is none)."""
     st = ctx.state
     model = st.model
-    empty = request_bytes([], model=model)
+    params = dict(ctx.params)  # the request parameters are part of every body, as in ``measure``
+    empty = request_bytes([], model=model, **params)
     systems = [m for m in st.history if m.role == "system"]
-    system = request_bytes(systems, model=model) - empty if systems else 0
-    schemas = request_bytes([], tools=ctx.tools, model=model) - empty if ctx.tools else 0
+    system = request_bytes(systems, model=model, **params) - empty if systems else 0
+    schemas = request_bytes([], tools=ctx.tools, model=model, **params) - empty if ctx.tools else 0
     i = newest_request_index(st.history)
     newest = original_of(st.history[i], ctx.archive) if i is not None else None
     parts, fixes = [], []

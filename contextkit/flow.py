@@ -52,6 +52,7 @@ from contextkit.preflight import (
     summarizer_window,
     turn_boundary,
 )
+from contextkit.recall_flow import model_recall_round, recall_tool_result
 from contextkit.recovery import KNOWN_LIMIT, Episode, record_recovery, recover
 from contextkit.sizing import Measure
 from contextkit.state import CONTINUATION, INTERRUPTED
@@ -94,6 +95,7 @@ class _Turn:
     escalations: int = 0
     size_failures: int = 0
     once_retries: int = 0
+    recalled: set[str] = field(default_factory=set)  # keys the model asked for with @recall in its text
 
 
 def turn_flow(ctx: FlowContext, new_messages: Sequence[Message], *, stream: bool = False, max_rounds: int = 50) -> Flow:
@@ -135,6 +137,11 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
         turn_boundary(ctx)
         yield from compact_if_needed(ctx)
         out, sent = outgoing(ctx)
+        params = dict(ctx.params)
+        if st.max_tokens:
+            params["max_tokens"] = st.max_tokens
+        if stream or st.max_tokens:
+            sent = measure(ctx, out, **params, stream=stream)  # the body as sent: streamed, escalated max_tokens
         request = request_for(ctx, out, sent)
         sent = request.sent
         refusal = known_to_fail(ctx, sent)
@@ -150,9 +157,6 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
             continue
         body = _body(request.wire, ctx.tools)
         digest = hashlib.sha256(body).hexdigest()
-        params = dict(ctx.params)
-        if st.max_tokens:
-            params["max_tokens"] = st.max_tokens
         sample = ctx.probe.feed(body)
         st.stats.cache_breaks += sample.cache_break
         purpose = "continuation" if answer.parts else "turn"
@@ -261,6 +265,14 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
                 yield StreamNote("tool_round", shown, show="\n" if shown and not shown.endswith("\n") else "")
             yield from run_tool_round(ctx, replace(outcome, content=kept))
             turn.tool_calls += len(outcome.tool_calls)
+            continue
+        if (
+            not turn.parts
+            and outcome.finish_reason != "length"
+            and turn.tool_rounds < max_rounds
+            and model_recall_round(ctx, outcome.content, turn.recalled)
+        ):
+            turn.tool_rounds += 1  # the model wrote @recall <<ccr:KEY>>: a recall round, then ask again
             continue
         if outcome.finish_reason == "length" and turn.escalations < st.limits.max_token_escalations:
             current = st.max_tokens or int(ctx.params.get("max_tokens") or 4096)
@@ -509,7 +521,7 @@ def run_tool_round(ctx: FlowContext, reply: ModelReply) -> Flow:
     other = tuple(c for c in reply.tool_calls if c not in recall_calls)
     results: dict[str, Message] = {}
     for call in recall_calls:
-        results[call.id] = ctx.archive.recall_message(call.id, call.arguments)  # type: ignore[attr-defined]
+        results[call.id] = recall_tool_result(ctx, call)
     if other:
         ran: list[tuple[ToolCall, ToolResult]] = yield RunTools(other)
         for call, result in ran:

@@ -44,8 +44,10 @@ class FlowContext:
         return self.state.evidence.of(endpoint or self.state.model)
 
 
-def measure(ctx: FlowContext, history: Sequence[Message]) -> Measure:
-    return ctx.meter.measure(history, tools=ctx.tools or None)
+def measure(ctx: FlowContext, history: Sequence[Message], **params: Any) -> Measure:
+    """Request bytes and tokens of ``history`` with the session's tools and request parameters
+    (``params`` over the session's: an escalated ``max_tokens``, ``stream``)."""
+    return ctx.meter.measure(history, tools=ctx.tools or None, **{**ctx.params, **params})
 
 
 def emit_history(ctx: FlowContext, reason: str) -> Measure:

@@ -308,11 +308,24 @@ def assistant_turns(history: Sequence[Message]) -> list[int]:
     return tags
 
 
+IMAGE_LINE = "[image_url: {url}]"
+
+
+def archived_text(message: Message) -> str:
+    """Everything a message carries besides its role, as text to archive: the content, then one
+    ``[image_url: URL]`` line per image (a data URL holds the image bytes). Equals ``content`` for a
+    text-only message, so text stubs keep their keys; an image is never dropped unarchived."""
+    if not message.images:
+        return message.content
+    lines = [IMAGE_LINE.format(url=url) for url in message.images]
+    return "\n".join([message.content, *lines] if message.content else lines)
+
+
 def render_transcript(history: Iterable[Message]) -> str:
-    """The archived form of a dropped segment: ``[role]: content`` blocks."""
+    """The archived form of a dropped segment: ``[role]: content`` blocks, images included."""
     out = []
     for m in history:
-        body = m.content
+        body = archived_text(m)
         if m.tool_calls:
             body += "\n[tool_calls: " + ", ".join(f"{c.name}({c.arguments})" for c in m.tool_calls) + "]"
         out.append(f"[{m.role}]: {body}\n\n")

@@ -2,12 +2,19 @@
 
 Writes are atomic (temp file, fsync, replace), so a crash mid-save leaves the previous file. API
 keys and other litellm keyword arguments are never written.
+
+The archive reference is its file and its scope (session id and read scopes), so a loaded session
+reads exactly what the saved one could. A session whose archive lives in memory would come back
+with markers that point at nothing: ``save`` copies that archive to ``<name>.archive.sqlite`` next to
+the session file and warns. ``load`` refuses a saved archive file that has gone missing while the
+history still cites it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,9 +49,37 @@ def session_to_dict(session: Session) -> dict[str, Any]:
         "window_source": st.window_source,
         "stats": st.stats.to_dict(),
         "compactor": session.compactor.stats.to_dict(),
-        "archive": {"path": str(session.archive.path) if session.archive.path else None},
+        "archive": {
+            "path": str(session.archive.path) if session.archive.path else None,
+            "session_id": getattr(session.archive, "session_id", session.session_id),
+            "read_scopes": list(getattr(session.archive, "scopes", ())[1:]),
+        },
         "history": [message_to_dict(m) for m in st.history],
     }
+
+
+def archive_copy_path(path: str | os.PathLike[str]) -> Path:
+    """Where ``save`` puts the copy of an in-memory archive: ``s.json`` -> ``s.archive.sqlite``."""
+    target = Path(path)
+    return target.with_name(target.stem + ".archive.sqlite")
+
+
+def save_session(session: Session, path: str | os.PathLike[str]) -> Path:
+    """Write the session; an in-memory archive is first copied next to it (with a warning), so the
+    saved file never cites markers that no archive holds."""
+    data = session_to_dict(session)
+    archive = session.archive
+    if getattr(archive, "path", "?") is None and hasattr(archive, "copy_to"):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        copy = archive.copy_to(archive_copy_path(path))
+        data["archive"]["path"] = str(copy)
+        text = (
+            f"the session's archive is in memory: copied it to {copy} so the saved session's <<ccr:KEY>> markers "
+            "stay recallable; pass Session(archive=Archive(path)) to keep the archive in a file of your choice"
+        )
+        warnings.warn(text, UserWarning, stacklevel=3)
+        session._notify("archive_copied", text, "warning")
+    return write_atomic(path, data)
 
 
 def write_atomic(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
@@ -98,14 +133,32 @@ def load_session(
         turn_budget, per_result_budget = int(data["turn_budget"]), int(data["per_result_budget"])
         stats = SessionStats.from_dict(data.get("stats") or {})
         compactor_stats = CompactionStats.from_dict(data.get("compactor") or {})
-        archive_path = (data.get("archive") or {}).get("path")
+        archive_ref = data.get("archive") or {}
+        archive_path = archive_ref.get("path")
+        archive_scope = archive_ref.get("session_id") or session_id
+        read_scopes = [str(scope) for scope in archive_ref.get("read_scopes") or ()]
     except KeyError as exc:
         raise ConfigError(f"{path} is not a complete saved contextkit session (missing {exc})") from None
     except (TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{path} is not a valid saved contextkit session: {exc}") from None
     if archive is None:
+        cited = any(m.archive_keys for m in history)
+        if archive_path and cited and not Path(archive_path).exists():
+            raise ConfigError(
+                f"{path} cites archived content in {archive_path}, which no longer exists; pass "
+                "Session.load(path, archive=Archive(<the archive file>)) to resume with the recallable originals"
+            )
+        if not archive_path and cited:
+            warnings.warn(
+                f"{path} was saved with an in-memory archive: its <<ccr:KEY>> markers cannot be recalled; pass "
+                "Session.load(path, archive=...) with the archive that holds them",
+                UserWarning,
+                stacklevel=3,
+            )
         archive = (
-            Archive(archive_path, session_id=session_id) if archive_path else Archive.in_memory(session_id=session_id)
+            Archive(archive_path, session_id=archive_scope, read_scopes=read_scopes)
+            if archive_path
+            else Archive.in_memory(session_id=archive_scope)
         )
     session = cls(model, limits=limits, archive=archive, session_id=session_id, **kwargs)
     st = session._state

@@ -10,7 +10,7 @@ from typing import Any
 from contextkit.classify import Failure
 from contextkit.errors import PayloadFloorError
 from contextkit.events import RecoveryEvent
-from contextkit.evidence import Verdict, gateway_how, learned_cap, learned_window, window_from_message
+from contextkit.evidence import Verdict, gateway_how, learned_cap, learned_window
 from contextkit.floor import floor_measure, floor_text
 from contextkit.flowctx import Flow, FlowContext, emit_history, measure
 from contextkit.learning import halve_budgets, learn_cap, learn_window
@@ -99,7 +99,7 @@ def learn(ctx: FlowContext, verdict: Verdict, sent: Measure, episode: Episode) -
     failure = verdict.failure
     ev = ctx.evidence()
     if verdict.about_window:
-        stated = window_from_message(failure.provider_message or failure.reason)
+        stated = failure.window_tokens
         if stated is None or stated < sent.tokens:
             # our count agrees it overflowed: never send this many tokens again. (A stated window above
             # our count means the provider counts more, or reserves the output: the window is the lesson.)

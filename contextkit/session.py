@@ -35,11 +35,11 @@ from contextkit.flow import (
 )
 from contextkit.learning import reset_limits
 from contextkit.messages import Message, from_wire
-from contextkit.persist import load_session, session_to_dict, write_atomic
+from contextkit.persist import load_session, save_session
 from contextkit.policy.breakpoints import needs_breakpoints
 from contextkit.preflight import run_compaction
 from contextkit.settings import Limits
-from contextkit.sizing import Measure, RequestMeter
+from contextkit.sizing import Measure, RequestMeter, body_params
 from contextkit.state import SessionState, SessionStats
 from contextkit.streaming import AsyncReplyStream, ReplyStream
 from contextkit.summarizer import LiteLLMSummarizer
@@ -47,6 +47,48 @@ from contextkit.tools import Tool, as_tools
 
 DEFAULT_WINDOW = 128_000
 StatusSink = Callable[[str], None]
+# litellm keyword arguments that name a limit contextkit owns: they set it (the request timeout, our
+# retries: the SDK's own retries stay off so every failure is classified and shown as an event).
+LIMIT_KWARGS = {
+    "timeout": "request_timeout",
+    "request_timeout": "request_timeout",
+    "max_retries": "max_retries",
+    "num_retries": "max_retries",
+}
+RESERVED_KWARGS = {
+    "messages": "send the messages with session.send(...) or session.add_messages(...)",
+    "stream": "call session.stream(...) for a streamed reply",
+    "tools_schema": "pass Python callables or contextkit.tools.Tool values as tools=[...]",
+}
+
+
+def _split_kwargs(kwargs: dict[str, Any], limits: Limits) -> tuple[dict[str, Any], Limits]:
+    """litellm's keyword arguments, minus those that set a limit (folded into ``limits``); reserved
+    names raise a ``ConfigError`` instead of failing deep inside a turn."""
+    for name, advice in RESERVED_KWARGS.items():
+        if name in kwargs:
+            raise ConfigError(f"Session(..., {name}=...) is not a litellm option here: {advice}")
+    passed = dict(kwargs)
+    changes: dict[str, Any] = {}
+    for name, field_name in LIMIT_KWARGS.items():
+        if name not in passed:
+            continue
+        value = passed.pop(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(
+                f"{name}={value!r}: pass a number ({'seconds' if 'timeout' in name else 'retries'}); "
+                f"it sets Limits.{field_name}"
+            )
+        explicit = field_name in limits.explicit_fields or field_name in changes
+        current = changes.get(field_name, getattr(limits, field_name))
+        if explicit and current != value:
+            raise ConfigError(
+                f"{name}={value!r} conflicts with Limits({field_name}={current!r}); pass only one of them"
+            )
+        changes[field_name] = int(value) if field_name == "max_retries" else float(value)
+    return passed, (limits.with_overrides(**changes) if changes else limits)
 
 
 def _extends(current: Sequence[Message], after: Sequence[Message]) -> bool:
@@ -69,7 +111,10 @@ class Session:
     """A long chat or agent conversation kept inside the window and the gateway's body cap.
 
     ``Session(model, system=..., limits=Limits(max_payload="128KB"), archive=..., tools=[fn, ...],
-    api_base=..., api_key=...)``. Any other keyword goes to litellm unchanged.
+    api_base=..., api_key=...)``. Any other keyword goes to litellm unchanged, except ``timeout``
+    (sets ``Limits.request_timeout``) and ``max_retries`` / ``num_retries`` (set ``Limits.max_retries``:
+    contextkit does the retrying). ``limits`` fields you set win over ``CONTEXTKIT_*``; the others come
+    from the environment. An ``Archive`` given without a ``session_id`` stores under this session's id.
 
     ``price_as="anthropic/claude-sonnet-4-5"`` prices every request as that model from litellm's cost
     map (cache reads and writes at their own prices), so runs against the simulator give real-money
@@ -108,17 +153,28 @@ class Session:
         self.cache_breakpoints = cache_breakpoints
         self.model = model
         self.session_id = session_id or uuid.uuid4().hex[:12]
-        self.limits = limits if limits is not None else Limits.from_env()
-        if not isinstance(self.limits, Limits):
-            raise ConfigError(f"limits must be a contextkit.Limits, got {type(self.limits).__name__}")
-        self._litellm_kwargs = dict(litellm_kwargs)
-        self._litellm_kwargs.pop("timeout", None)
-        self.archive = archive if archive is not None else Archive(session_id=self.session_id)
+        if limits is not None and not isinstance(limits, Limits):
+            raise ConfigError(f"limits must be a contextkit.Limits, got {type(limits).__name__}")
+        self._litellm_kwargs, limits = _split_kwargs(litellm_kwargs, limits or Limits())
+        # the fields set in Limits(...) win; every other field comes from CONTEXTKIT_* (S12)
+        self.limits = limits.over_env()
+        if archive is None:
+            archive = Archive(session_id=self.session_id)
+        elif not getattr(archive, "scope_chosen", True):
+            archive.adopt(self.session_id)  # Archive(path): store under this session's id, not "default"
+        self.archive = archive
         self.events = events if events is not None else EventLog()
         observe = getattr(self.archive, "observe", None)
         if callable(observe):
             observe(self._on_archived)
         self._tools = as_tools(tools)
+        from contextkit.archive import is_recall_tool
+
+        if shadowing := [name for name in self._tools if is_recall_tool(name)]:
+            raise ConfigError(
+                f"a tool named {shadowing[0]!r} would shadow the built-in recall tool (it expands <<ccr:KEY>> "
+                "markers from the archive); rename your tool, e.g. to 'recall_notes'"
+            )
         self._status: StatusSink | None = stderr_status if status is True else (status or None)  # type: ignore[assignment]
         self._lock = threading.RLock()
         self._busy = False  # a turn or compaction is running (guards re-entry from tools or interleaved streams)
@@ -218,7 +274,9 @@ class Session:
 
     def measure(self) -> Measure:
         """Request bytes and tokens of the next request (incremental, S1.3)."""
-        return self._meter.measure(self._state.history, tools=self.tool_schemas or None)
+        return self._meter.measure(
+            self._state.history, tools=self.tool_schemas or None, **body_params(self._litellm_kwargs)
+        )
 
     # conversation ---------------------------------------------------------------------------------
     def send(self, text: str | Message | Sequence[Any], *, max_rounds: int = 50) -> Reply:
@@ -330,10 +388,11 @@ class Session:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write history, counters, limits and the archive reference to JSON (atomic replace).
 
-        API keys and other litellm keyword arguments are never written.
+        API keys and other litellm keyword arguments are never written. An in-memory archive is copied
+        to ``<name>.archive.sqlite`` next to the file (with a warning), so loading finds every marker.
         """
         with self._lock:
-            return write_atomic(path, session_to_dict(self))
+            return save_session(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, archive: Archive | None = None, **kwargs: Any) -> Session:
@@ -421,7 +480,7 @@ class Session:
     def _context(self) -> FlowContext:
         ctx = getattr(self, "_ctx", None)
         if ctx is None:
-            params = {k: v for k, v in self._litellm_kwargs.items() if k in ("temperature", "max_tokens", "top_p")}
+            params = body_params(self._litellm_kwargs)  # measured into every request's bytes
             tools, recall_tool = self._initial_tools()
             ctx = FlowContext(
                 state=self._state,
@@ -456,13 +515,9 @@ class Session:
         return messages
 
     def _inline_recalls(self, text: str) -> list[Message]:
-        from contextkit.archive import find_inline_recalls
+        from contextkit.recall_flow import user_recall_messages
 
-        keys = find_inline_recalls(text)
-        if not keys:
-            return []
-        result = self.archive.recall(" ".join(f"<<ccr:{k}>>" for k in keys))
-        return [Message.user(result.text, is_recall=True, preserve_verbatim=True)]
+        return user_recall_messages(self._context(), text)
 
     def _repr_html_(self) -> str:
         from contextkit.widgets.html import session_html

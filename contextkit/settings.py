@@ -1,7 +1,13 @@
 """Settings from ``CONTEXTKIT_*`` variables (S12) and per-session ``Limits``.
 
-Process defaults are read from the environment once per call of ``Settings.from_env`` and never
+Process defaults are read from the environment once per call of ``Limits.from_env`` and never
 mutated; a session takes a ``Limits`` value (its own copy) and every override is local to it.
+
+How the two combine (S12: per-session overrides win): a ``Limits(...)`` value remembers which fields
+were passed to it (``explicit_fields``). A session resolves its limits with ``limits.over_env()``:
+the fields you set win, every other field comes from ``CONTEXTKIT_*`` (or the built-in default when
+the variable is unset). ``Limits(max_payload="128KB")`` therefore keeps
+``CONTEXTKIT_MAX_RECOVERY_ATTEMPTS=5`` from the environment.
 """
 
 from __future__ import annotations
@@ -82,6 +88,22 @@ class Limits:
     cap_probe_turns: int = 8  # clean turns after which a learned cap is raised a quarter (0 = never)
     probe_configured_cap: bool = False  # also probe a configured max_payload upwards
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Limits:
+        # Remember which fields the caller set, so they can win over CONTEXTKIT_* and the rest not.
+        self = super().__new__(cls)
+        names = [f.name for f in fields(cls)]
+        object.__setattr__(self, "_explicit", frozenset(names[: len(args)]) | frozenset(kwargs))
+        return self
+
+    @property
+    def explicit_fields(self) -> frozenset[str]:
+        """The fields passed to the constructor (or to ``with_overrides``); the others are defaults."""
+        return frozenset(getattr(self, "_explicit", ()))
+
+    def over_env(self, env: Mapping[str, str] | None = None) -> Limits:
+        """These limits' explicit fields over the ``CONTEXTKIT_*`` process defaults (S12)."""
+        return Limits.from_env(env, _keep_none=True, **{name: getattr(self, name) for name in self.explicit_fields})
+
     def __post_init__(self) -> None:
         if self.max_payload is not None and not isinstance(self.max_payload, int):
             object.__setattr__(self, "max_payload", parse_size(self.max_payload, what="max_payload"))
@@ -125,11 +147,15 @@ class Limits:
         return self.max_payload if isinstance(self.max_payload, int) else None
 
     def with_overrides(self, **changes: Any) -> Limits:
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+        changes = {k: v for k, v in changes.items() if v is not None}
+        new = replace(self, **changes)
+        object.__setattr__(new, "_explicit", self.explicit_fields | frozenset(changes))
+        return new
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Limits:
-        """Process defaults from ``CONTEXTKIT_*`` variables, then ``overrides`` (which win)."""
+    def from_env(cls, env: Mapping[str, str] | None = None, *, _keep_none: bool = False, **overrides: Any) -> Limits:
+        """Process defaults from ``CONTEXTKIT_*`` variables, then ``overrides`` (which win; ``None``
+        overrides are ignored). The result's ``explicit_fields`` are the overrides only."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
         window = _env_int(env, "CONTEXT_WINDOW", None)
@@ -151,8 +177,11 @@ class Limits:
         model = env.get(ENV_PREFIX + "COMPACT_MODEL")
         if model and model.strip():
             values["compact_model"] = model.strip()
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+        chosen = {k: v for k, v in overrides.items() if _keep_none or v is not None}
+        values.update(chosen)
+        limits = cls(**values)
+        object.__setattr__(limits, "_explicit", frozenset(chosen))
+        return limits
 
 
 def archive_path_from_env(env: Mapping[str, str] | None = None) -> str | None:

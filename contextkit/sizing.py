@@ -126,6 +126,13 @@ _NOT_SENT = frozenset(
 )  # fmt: skip
 
 
+def body_params(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of a litellm call that shape the request body (temperature, seed,
+    response_format, tool_choice, extra_body ...): everything but litellm's own options and
+    credentials. Give them to ``RequestMeter.measure`` so measured bytes equal the bytes sent."""
+    return {k: v for k, v in kwargs.items() if k not in _NOT_SENT}
+
+
 def sent_params(params: Mapping[str, Any], *, has_tools: bool) -> dict[str, Any]:
     """The completion parameters as they appear in the body: ``None`` values, ``stream=False``,
     litellm-only keys and ``tool_choice`` without tools are not sent; ``extra_body`` is merged."""

@@ -15,6 +15,7 @@ from contextkit.classify import (
     FailureKind,
     classify_failure,
     classify_finish_reason,
+    window_from_message,
 )
 
 K = FailureKind
@@ -64,6 +65,16 @@ TABLE: list[tuple[str, str, int | None, FailureKind]] = [
     ("vllm (status rule)", "The decoder prompt (length 5000) is longer than the maximum model length of 4096. Make sure that `max_model_len` is no smaller than the number of text tokens.", 400, OVER),
     ("llama.cpp", "the request exceeds the available context size, try increasing it", 400, OVER),
     ("cerebras", "Please reduce your prompt; Current length is 9000 while limit is 8192", 400, OVER),
+    ("tgi 422", "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 2048. Given: 2000 `inputs` tokens and 100 `max_new_tokens`", 422, OVER),
+    ("tgi 422 json", '{"error":"Input validation error: `inputs` tokens + `max_new_tokens` must be <= 2048. Given: 2000 `inputs` tokens and 100 `max_new_tokens`","error_type":"validation"}', 422, OVER),
+    ("tgi inputs", "Input validation error: `inputs` must have less than 1024 tokens. Given: 1500", 422, OVER),
+    ("vllm", "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.", 400, OVER),
+    ("vllm input messages", "This model's maximum context length is 4096 tokens. However, you requested 1000 output tokens and your prompt contains at least 3097 input tokens, for a total of at least 4097 tokens. Please reduce the length of the input messages or the number of requested output tokens.", 400, OVER),
+    ("vllm longer than", "Input prompt (5000 tokens) is longer than the model's context length (4096 tokens).", 400, OVER),
+    ("llama.cpp json", '{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5965,"n_ctx":2048}}', 400, OVER),
+    ("llama.cpp requested tokens", "Requested tokens (5965) exceed context window of 2048", 400, OVER),
+    ("llama-cpp-python", "This model's maximum context length is 2048 tokens. However, you requested 5981 tokens (5965 in the messages, 16 in the completion). Please reduce the length of the messages or completion.", 400, OVER),
+    ("openai message content over 10 MB", "Invalid 'messages[3].content': string too long. Expected a string with maximum length 10485760, but got a string with length 12000000 instead.", 400, OVER),
     ("groq 413 tpm", "Request too large for model `llama-3.1-8b-instant` in organization `org_01` service tier `on_demand` on tokens per minute (TPM): Limit 6000, Requested 12000, please reduce your message size and try again.", 413, OVER),
     ("generic", "context length exceeded", None, OVER),
     ("generic token limit", "token limit exceeded for this deployment", None, OVER),
@@ -116,6 +127,20 @@ TABLE: list[tuple[str, str, int | None, FailureKind]] = [
     ("anthropic 529", '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}', 529, TRANS),
     ("502 html (not 403)", "<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>", 502, TRANS),
     ("unknown parameter", "unknown parameter: foo", 400, OTHER),
+    # --- a field too long is not the context too long (litellm calls some of these overflows) ---
+    ("openai tool description too long", "Invalid 'tools[0].function.description': string too long. Expected a string with maximum length 1024, but got a string with length 1400 instead.", 400, OTHER),
+    ("openai message name too long", "Invalid 'messages[1].name': string too long. Expected a string with maximum length 64, but got a string with length 80 instead.", 400, OTHER),
+    ("openai name, litellm class text", "litellm.ContextWindowExceededError: litellm.BadRequestError: ContextWindowExceededError: OpenAIException - Invalid 'messages[1].name': string too long. Expected a string with maximum length 64, but got a string with length 80 instead.", 400, OTHER),
+    ("openai too many tools", "Invalid 'tools': array too long. Expected an array with maximum length 128, but got an array with length 140 instead.", 400, OTHER),
+    ("openai user too long", '{"error":{"message":"Invalid \'user\': string too long. Expected a string with maximum length 64","code":"string_above_max_length"}}', 400, OTHER),
+    ("openai tool name pattern", "Invalid 'tools[0].function.name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'.", 400, OTHER),
+    ("anthropic tool name length", '{"type":"error","error":{"type":"invalid_request_error","message":"tools.0.custom.name: String should have at most 64 characters"}}', 400, OTHER),
+    ("unsupported parameter", "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.", 400, OTHER),
+    ("unknown parameter quoted", "Unknown parameter: 'max_length'.", 400, OTHER),
+    ("extra inputs", "max_context_length: Extra inputs are not permitted", 400, OTHER),
+    ("gemini unknown field", 'Invalid JSON payload received. Unknown name "max_length": Cannot find field.', 400, OTHER),
+    ("tgi parameter", "Input validation error: `temperature` must be strictly positive", 422, OTHER),
+    ("tgi max_new_tokens alone", "Input validation error: `max_new_tokens` must be <= 100. Given: 200", 422, OTHER),
     ("openai unrecognized arg", "Unrecognized request argument supplied: foo", 400, OTHER),
     ("model not found", "The model `gpt-9` does not exist or you do not have access to it.", 404, OTHER),
     ("file name too long", "open /tmp/a/very/long/path/name.txt: file name too long", None, OTHER),
@@ -443,6 +468,52 @@ def test_status_body_pair() -> None:
     assert classify_failure((403, CLOUDFLARE_403)).kind == WAF
     assert classify_failure((400, "prompt is too long: 5 tokens > 4 maximum")).kind == OVER
     assert classify_failure((401, "bad key"), status=None).status == 401
+
+
+WINDOWS = [
+    ("This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion).", 4096),
+    ('{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5965,"n_ctx":2048}}', 2048),
+    ("Requested tokens (5965) exceed context window of 2048", 2048),
+    ("Input validation error: `inputs` tokens + `max_new_tokens` must be <= 2048. Given: 2000 `inputs` tokens and 100 `max_new_tokens`", 2048),
+    ("Input validation error: `inputs` must have less than 1024 tokens. Given: 1500", 1024),
+    ("The decoder prompt (length 5000) is longer than the maximum model length of 4096.", 4096),
+    ("prompt is too long: 250000 tokens > 200000 maximum", 200_000),
+    ("input length and `max_tokens` exceed context limit: 198000 + 8192 > 200000, decrease input length", 200_000),
+    ("The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).", 1_048_576),
+    ("This model's maximum prompt length is 131072 but the request contains 140000 tokens.", 131_072),
+    ("Prompt contains 40000 tokens and 0 draft tokens, too large for model with 32768 maximum context length", 32_768),
+    ("Please reduce your prompt; Current length is 9000 while limit is 8192", 8192),
+    ("the request exceeds the available context size, try increasing it", None),
+    ("ValidationException: Input is too long for requested model.", None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "window"), WINDOWS)
+def test_window_named_by_the_overflow_message(text: str, window: int | None) -> None:
+    assert window_from_message(text) == window
+    failure = classify_failure(text, status=400)
+    assert (failure.kind, failure.window_tokens) == (OVER, window)
+
+
+def test_window_only_for_overflows() -> None:
+    failure = classify_failure(
+        "Invalid 'messages[1].name': string too long. Expected a string with maximum length 64", status=400
+    )
+    assert (failure.kind, failure.window_tokens, failure.rejected_bytes) == (OTHER, None, None)
+    assert "messages[1].name" in failure.reason
+
+
+def test_litellm_class_does_not_outvote_a_field_error() -> None:
+    class ContextWindowExceededError(openai.BadRequestError):
+        pass
+
+    body = "Invalid 'tools[0].function.description': string too long. Expected a string with maximum length 1024, but got a string with length 1400 instead."
+    exc = ContextWindowExceededError(
+        f"ContextWindowExceededError: OpenAIException - {body}", response=_resp(400, body), body=None
+    )
+    failure = classify_failure(exc, request_bytes=42_000)
+    assert (failure.kind, failure.rejected_bytes) == (OTHER, None)
+    assert not failure.recoverable
 
 
 def test_timeout_word_in_a_400_is_a_parameter_not_a_timeout() -> None:

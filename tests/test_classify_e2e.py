@@ -214,3 +214,46 @@ def test_annotated_exception_carries_rejected_bytes(gw: GatewaySimulator, route:
     wrapped.__cause__ = exc
     failure = classify_failure(wrapped)
     assert (failure.kind, failure.rejected_bytes) == (K.PAYLOAD_TOO_LARGE, size)
+
+
+# --- a 400/422 with a given body: field errors are not overflows, every server's overflow is ---
+
+NAME_TOO_LONG = (
+    "Invalid 'messages[1].name': string too long. Expected a string with maximum length 64, but got a string "
+    "with length 80 instead."
+)
+BODIES: list[tuple[str, str, Any, FailureKind, int | None]] = [
+    # (id, status, body, kind, window named)
+    ("tool description too long", "400", "Invalid 'tools[0].function.description': string too long. Expected a string with maximum length 1024, but got a string with length 1400 instead.", K.OTHER, None),
+    ("message name too long", "400", {"error": {"message": NAME_TOO_LONG, "type": "invalid_request_error", "param": "messages[1].name", "code": "string_above_max_length"}}, K.OTHER, None),
+    ("unknown parameter", "400", {"error": {"message": "Unknown parameter: 'max_length'.", "type": "invalid_request_error", "param": "max_length", "code": "unknown_parameter"}}, K.OTHER, None),
+    ("tgi 422", "422", {"error": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 2048. Given: 2000 `inputs` tokens and 100 `max_new_tokens`", "error_type": "validation"}, K.CONTEXT_OVERFLOW, 2048),
+    ("vllm", "400", {"object": "error", "message": "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.", "type": "BadRequestError", "param": None, "code": 400}, K.CONTEXT_OVERFLOW, 4096),
+    ("vllm longer than", "400", {"object": "error", "message": "Input prompt (5000 tokens) is longer than the model's context length (4096 tokens).", "type": "BadRequestError", "param": None, "code": 400}, K.CONTEXT_OVERFLOW, None),
+    ("llama.cpp server", "400", {"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it", "type": "exceed_context_size_error", "n_prompt_tokens": 5965, "n_ctx": 2048}}, K.CONTEXT_OVERFLOW, 2048),
+    ("llama.cpp requested tokens", "400", "Requested tokens (5965) exceed context window of 2048", K.CONTEXT_OVERFLOW, 2048),
+    ("llama-cpp-python", "400", {"error": {"message": "This model's maximum context length is 2048 tokens. However, you requested 5981 tokens (5965 in the messages, 16 in the completion). Please reduce the length of the messages or completion.", "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}, K.CONTEXT_OVERFLOW, 2048),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize(("status", "body", "kind", "window"), [b[1:] for b in BODIES], ids=[b[0] for b in BODIES])
+def test_given_error_body(
+    gw: GatewaySimulator, route: str, status: str, body: Any, kind: FailureKind, window: int | None
+) -> None:
+    # The real litellm exception, whatever class litellm picked (it calls some field errors overflows).
+    gw.fail_next(status, body=body)
+    exc, size = _fail(gw, route, SMALL)
+    assert gw.requests[-1].reason == f"fault:{status}"
+    failure = _classify(exc, size)
+    assert failure.kind == kind, failure.reason
+    assert failure.window_tokens == window
+    assert failure.rejected_bytes == (size if kind.recoverable else None)
+
+
+def test_litellm_calls_a_field_error_an_overflow(gw: GatewaySimulator) -> None:
+    # Why the message decides and not the class: litellm's own mapping of the schema 400.
+    gw.fail_next("400", body=NAME_TOO_LONG)
+    exc, size = _fail(gw, "openai", SMALL)
+    assert "ContextWindowExceededError" in {c.__name__ for c in type(exc).__mro__}
+    assert _classify(exc, size).kind == K.OTHER

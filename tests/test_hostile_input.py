@@ -169,8 +169,9 @@ def test_lone_surrogates_are_measured_archived_and_sent_safely(gw: GatewaySimula
 def test_lone_surrogates_survive_save_and_load(gw: GatewaySimulator, tmp_path: Any) -> None:
     session = session_for(gw)
     session.add_messages([{"role": "user", "content": BAD_TEXT}, {"role": "assistant", "content": "ok \u00e9"}])
-    saved = session.save(tmp_path / "s.json")
-    assert [p.name for p in tmp_path.iterdir()] == ["s.json"]  # no temporary file left behind
+    with pytest.warns(UserWarning, match="archive is in memory"):  # copied next to the file, so markers resolve
+        saved = session.save(tmp_path / "s.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.archive.sqlite", "s.json"]  # no temporary file left
     saved.read_bytes().decode("utf-8")  # a valid UTF-8 JSON file for any other tool
     loaded = Session.load(saved, status=None, archive=Archive.in_memory(session_id="h"))
     assert [m.content for m in loaded.history] == [BAD_TEXT, "ok \u00e9"]

@@ -148,3 +148,54 @@ def test_gateway_cap_decision_matches_prediction(gw):
         assert gw.requests[-1].reason == f"body {size} > cap {size - 1}"
     finally:
         gw.configure(max_body=None)
+
+
+SESSION_PARAMS: dict[str, dict[str, Any]] = {
+    "sampling": {"temperature": 0.3, "top_p": 0.9, "seed": 7, "max_tokens": 300, "stop": ["END"]},
+    "response_format": {"response_format": {"type": "json_object"}, "presence_penalty": 0.1},
+    "tool_choice": {"tool_choice": "auto", "parallel_tool_calls": False},
+    "extra_body": {"extra_body": {"top_k": 5}, "metadata": {"run": "x"}},
+}
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["send", "stream"])
+@pytest.mark.parametrize("case", sorted(SESSION_PARAMS))
+def test_session_request_events_equal_the_bytes_received(gw, case: str, streamed: bool) -> None:
+    """Every RequestEvent.bytes of a session equals the body the simulator received, whatever
+    request parameters the session was given (they are part of the body)."""
+    from contextkit import Session
+    from contextkit.archive import Archive
+    from contextkit.events import RequestEvent
+
+    gw.clear_log()
+    kw = gw.litellm_kwargs()
+    model = kw.pop("model")
+    params = {k: (dict(v) if isinstance(v, dict) else v) for k, v in SESSION_PARAMS[case].items()}
+    session = Session(model, archive=Archive.in_memory(), status=None, system="Be brief.", **kw, **params)
+    for text in ("first question", "second, longer question " * 20):
+        if streamed:
+            "".join(session.stream(text))
+        else:
+            session.send(text)
+    sent = [e.bytes for e in session.events if isinstance(e, RequestEvent)]
+    received = [r.bytes for r in gw.requests]
+    assert sent == received and len(sent) == 2
+    assert session.measure().bytes == request_bytes(session.history, tools=session.tool_schemas, model=model, **params)
+
+
+def test_session_escalated_max_tokens_is_measured(gw) -> None:
+    """The continuation request after ``finish_reason=length`` carries the doubled max_tokens."""
+    from contextkit import Session
+    from contextkit.archive import Archive
+    from contextkit.events import RequestEvent
+
+    gw.clear_log()
+    kw = gw.litellm_kwargs()
+    model = kw.pop("model")
+    session = Session(model, archive=Archive.in_memory(), status=None, max_tokens=8, **kw)
+    session.send("[[long:40]]")
+    sent = [e.bytes for e in session.events if isinstance(e, RequestEvent)]
+    assert len(sent) >= 2  # cut at 8 tokens, escalated
+    assert sent == [r.bytes for r in gw.requests]
+    bodies = [json.loads(gw.body(r.seq)) for r in gw.requests]
+    assert [b["max_tokens"] for b in bodies][:2] == [8, 16]

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from contextkit.archive.paging import PageRequest, page_of, request_from_text
 from contextkit.errors import RecallValidationError
 from contextkit.markers import extract_keys_tolerant, marker
 from contextkit.messages import Message
@@ -39,6 +40,7 @@ class RecallResult:
     found: tuple[str, ...]
     missing: tuple[str, ...]
     is_error: bool
+    complete: bool = True  # every found original delivered whole (no page of a longer original)
 
 
 def recall_tool_schema() -> dict[str, Any]:
@@ -50,7 +52,8 @@ def recall_tool_schema() -> dict[str, Any]:
             "description": (
                 "Return the full original text that was archived behind a <<ccr:KEY>> marker in this "
                 "conversation (removed or shortened to save context). Pass the marker or its 16-hex-char key; "
-                "several markers at once return one labelled section each."
+                "several markers at once return one labelled section each. A long original comes in pages: "
+                "each page ends with a line saying how to get the next one (start_line or start_char)."
             ),
             "parameters": {
                 "type": "object",
@@ -59,7 +62,14 @@ def recall_tool_schema() -> dict[str, Any]:
                         "type": "string",
                         "description": 'One or more markers or keys, e.g. "<<ccr:0123456789abcdef>>" or '
                         '"0123456789abcdef fedcba9876543210".',
-                    }
+                    },
+                    "start_line": {"type": "integer", "description": "First line to return (1-based)."},
+                    "end_line": {"type": "integer", "description": "Last line to return (inclusive)."},
+                    "start_char": {
+                        "type": "integer",
+                        "description": "First character to return (1-based), for originals with very long lines.",
+                    },
+                    "end_char": {"type": "integer", "description": "Last character to return (inclusive)."},
                 },
                 "required": ["key"],
             },
@@ -122,27 +132,45 @@ def extract_recall_keys(payload: str) -> list[str]:
     return extract_keys_tolerant(payload) or _key_list(payload)
 
 
-def recall(archive: _Readable, payload: str) -> RecallResult:
-    """Expand the keys found in ``payload`` (tolerant: markers, ``ccr:K``, bare keys, JSON args)."""
+def recall(archive: _Readable, payload: str, *, max_bytes: int | None = None) -> RecallResult:
+    """Expand the keys found in ``payload`` (tolerant: markers, ``ccr:K``, bare keys, JSON args).
+
+    JSON arguments may carry a range (``start_line``/``end_line`` or ``start_char``/``end_char``);
+    an original longer than ``max_bytes`` comes as its first page (see the module docstring).
+    """
     if not isinstance(payload, str):
         payload = "" if payload is None else str(payload)
     keys = extract_recall_keys(payload)
     if not keys:
         return RecallResult(no_key_text(payload), (), (), (), True)
-    extra = keys[MAX_RECALL_KEYS:]
-    keys = keys[:MAX_RECALL_KEYS]
+    request = _request_from_payload(payload)
+    return recall_keys(archive, [(k, request) for k in keys], max_bytes=max_bytes)
+
+
+def recall_keys(
+    archive: _Readable, wanted: list[tuple[str, PageRequest]], *, max_bytes: int | None = None
+) -> RecallResult:
+    """Recall ``(key, page request)`` pairs; several keys share ``max_bytes`` evenly."""
+    problem = next((p for _, r in wanted if (p := r.problem())), None)
+    if problem is not None:
+        return RecallResult(f"recall: {problem}", tuple(k for k, _ in wanted), (), (), True)
+    extra = [k for k, _ in wanted[MAX_RECALL_KEYS:]]
+    wanted = wanted[:MAX_RECALL_KEYS]
+    keys = [k for k, _ in wanted]
     contents = {key: archive.get(key) for key in keys}
     found = tuple(k for k in keys if contents[k] is not None)
     missing = tuple(k for k in keys if contents[k] is None)
+    share = None if max_bytes is None else max_bytes // max(1, len(found))
+    pages = {k: page_of(contents[k] or "", k, req, share) for k, req in wanted if contents[k] is not None}
+    complete = all(p.complete for p in pages.values())
     if len(keys) == 1:
-        original = contents[keys[0]]
-        if original is None:
+        if keys[0] not in pages:
             return RecallResult(missing_text(keys[0]), tuple(keys), (), missing, True)
-        return RecallResult(original, tuple(keys), found, (), False)
+        return RecallResult(pages[keys[0]].text, tuple(keys), found, (), False, complete)
     sections = []
     for key in keys:
-        body = contents[key]
-        sections.append(section_header(key) + (body if body is not None else f"[no archived content for {key}]"))
+        body = pages[key].text if key in pages else f"[no archived content for {key}]"
+        sections.append(section_header(key) + body)
     text = "\n\n".join(sections)
     if not found:
         text = (
@@ -155,33 +183,61 @@ def recall(archive: _Readable, payload: str) -> RecallResult:
             f"\n\n[{len(extra)} more keys not recalled (at most {MAX_RECALL_KEYS} per call): {more}"
             " - call recall again with them]"
         )
-    return RecallResult(text, tuple(keys), found, missing, not found)
+    return RecallResult(text, tuple(keys), found, missing, not found, complete)
+
+
+def _request_from_payload(payload: str) -> PageRequest:
+    """The range in tool arguments: JSON fields, or ``lines 5-10`` written after the marker."""
+    text = payload.strip()
+    request = PageRequest()
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            fields = {n: _lenient_int(data.get(n)) for n in ("start_line", "end_line", "start_char", "end_char")}
+            request = PageRequest(**fields)  # type: ignore[arg-type]  # checked by problem() below
+            if not request.ranged and isinstance(data.get("key"), str):
+                text = data["key"]
+    if not request.ranged:
+        tail = re.split(r"ccr\s*:\s*[0-9a-fA-F]{16}\s*>{0,2}", text)[-1]
+        request = request_from_text(tail)
+    return request
 
 
 def find_inline_recalls(text: str) -> list[str]:
     """Keys named by the in-text form ``@recall KEY`` (``@recall <<ccr:K1>> <<ccr:K2>>`` gives both)."""
+    return list(dict.fromkeys(k for k, _ in find_inline_requests(text)))
+
+
+def find_inline_requests(text: str) -> list[tuple[str, PageRequest]]:
+    """``(key, range)`` for every ``@recall KEY``; a range written after the keys (``@recall
+    <<ccr:K>> lines 181-360``) applies to them, else the range is empty (whole or first page)."""
     if not isinstance(text, str):
         return []
-    keys: list[str] = []
+    found: dict[str, PageRequest] = {}
     for match in _INLINE_RE.finditer(text):
-        keys.extend(extract_keys_tolerant(match.group(1)) or [])
+        keys = extract_keys_tolerant(match.group(1)) or []
         bare = re.findall(r"(?<![0-9a-fA-F:])[0-9a-fA-F]{16}\b", match.group(1))
         keys.extend(k.lower() for k in bare)
-    return list(dict.fromkeys(keys))
+        request = request_from_text(text[match.end() : match.end() + 80])
+        for key in keys:
+            found.setdefault(key, request)
+    return list(found.items())
 
 
-def recall_inline(archive: _Readable, text: str) -> RecallResult | None:
+def recall_inline(archive: _Readable, text: str, *, max_bytes: int | None = None) -> RecallResult | None:
     """Recall the keys of every ``@recall KEY`` in ``text``; None when there is none."""
-    keys = find_inline_recalls(text)
-    if not keys:
-        return None
-    return recall(archive, " ".join(marker(k) for k in keys))
+    wanted = find_inline_requests(text)
+    return recall_keys(archive, wanted, max_bytes=max_bytes) if wanted else None
 
 
-def recall_message(archive: _Readable, tool_call_id: str, payload: str) -> Message:
-    """The tool-result message for a ``recall`` call, never re-compressed or re-archived."""
-    result = recall(archive, _arguments_payload(payload))
-    return Message.tool(tool_call_id, result.text, name=RECALL_TOOL, is_recall=True, preserve_verbatim=True)
+def recall_message(archive: _Readable, tool_call_id: str, payload: str, *, max_bytes: int | None = None) -> Message:
+    """The tool-result message for a ``recall`` call, never re-archived; ``preserve_verbatim`` when it
+    holds whole originals (a page is not pinned: the next page replaces its use)."""
+    result = recall(archive, _arguments_payload(payload), max_bytes=max_bytes)
+    return Message.tool(tool_call_id, result.text, name=RECALL_TOOL, is_recall=True, preserve_verbatim=result.complete)
 
 
 def _arguments_payload(payload: str) -> str:

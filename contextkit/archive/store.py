@@ -15,6 +15,7 @@ locks plus ``busy_timeout`` make several processes writing at once safe. Views m
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Archive", "ArchiveEntry", "SearchHit", "default_archive_path"]
 
+DEFAULT_SCOPE = "default"
+
 
 @dataclass(frozen=True, slots=True)
 class ArchivedItem:
@@ -61,17 +64,21 @@ class Archive:
 
     ``session_id`` is the scope this archive writes to and reads from; ``read_scopes`` (or
     ``grant``) add other scopes it may read. ``with_scope`` makes a view for another session
-    over the same database.
+    over the same database. Without a ``session_id`` the scope is ``"default"`` until a
+    ``Session`` adopts the archive: it then writes under that session's id (``adopt``), so
+    reopening the file with the session's id finds what the session archived.
     """
 
     def __init__(
         self,
         path: str | os.PathLike[str] | None = None,
         *,
-        session_id: str = "default",
+        session_id: str | None = None,
         read_scopes: Iterable[str] = (),
         _store: Store | None = None,
     ) -> None:
+        self.scope_chosen = session_id is not None
+        session_id = DEFAULT_SCOPE if session_id is None else session_id
         if not isinstance(session_id, str) or not session_id.strip():
             raise UsageError(f"session_id must be a non-empty string, got {session_id!r}")
         if wire_safe(session_id) != session_id:
@@ -99,9 +106,42 @@ class Archive:
         self.grant(*((read_scopes,) if isinstance(read_scopes, str) else read_scopes))
 
     @classmethod
-    def in_memory(cls, *, session_id: str = "default", read_scopes: Iterable[str] = ()) -> Archive:
+    def in_memory(cls, *, session_id: str | None = None, read_scopes: Iterable[str] = ()) -> Archive:
         """A private SQLite ``:memory:`` archive (tests, one-shot scripts); gone when closed."""
         return cls(session_id=session_id, read_scopes=read_scopes, _store=Store(":memory:", ":memory:"))
+
+    @property
+    def in_memory_only(self) -> bool:
+        """True for ``Archive.in_memory()``: nothing survives the process unless copied to a file."""
+        return self.path is None
+
+    def adopt(self, session_id: str) -> Archive:
+        """Write to and read from ``session_id`` from now on (earlier scopes stay readable); returns
+        ``self``. ``Session`` calls it for an archive created without a ``session_id``."""
+        if not isinstance(session_id, str) or not session_id.strip() or wire_safe(session_id) != session_id:
+            raise UsageError(f"session_id must be a non-empty string (valid Unicode), got {session_id!r}")
+        self.session_id = session_id
+        self._scopes = {session_id: None, **self._scopes}
+        self.scope_chosen = True
+        return self
+
+    def copy_to(self, path: str | os.PathLike[str]) -> Path:
+        """Write the whole database (every scope) to the SQLite file ``path``, replacing it atomically."""
+        target = Path(path)
+        tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
+        tmp.unlink(missing_ok=True)
+        try:
+            with self._store.cursor("copy the archive to a file") as conn:
+                copy = sqlite3.connect(tmp)
+                try:
+                    conn.backup(copy)
+                finally:
+                    copy.close()
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return target
 
     # scopes ---------------------------------------------------------------------------------------
     @property
@@ -296,23 +336,25 @@ class Archive:
         return hits
 
     # recall (implemented in recall.py / search.py) -------------------------------------------------
-    def recall(self, payload: str) -> RecallResult:
-        """Expand one or several keys/markers pasted by a model; never raises for bad keys."""
+    def recall(self, payload: str, *, max_bytes: int | None = None) -> RecallResult:
+        """Expand one or several keys/markers pasted by a model; never raises for bad keys.
+        Originals longer than ``max_bytes`` come in pages (``start_line``/``start_char`` in JSON args)."""
         from contextkit.archive.recall import recall
 
-        return recall(self, payload)
+        return recall(self, payload, max_bytes=max_bytes)
 
-    def recall_message(self, tool_call_id: str, payload: str) -> Message:
-        """The tool-result message answering a ``recall`` call, flagged is_recall + preserve_verbatim."""
+    def recall_message(self, tool_call_id: str, payload: str, *, max_bytes: int | None = None) -> Message:
+        """The tool-result message answering a ``recall`` call, flagged is_recall (+ preserve_verbatim
+        when it is whole)."""
         from contextkit.archive.recall import recall_message
 
-        return recall_message(self, tool_call_id, payload)
+        return recall_message(self, tool_call_id, payload, max_bytes=max_bytes)
 
-    def recall_inline(self, text: str) -> RecallResult | None:
+    def recall_inline(self, text: str, *, max_bytes: int | None = None) -> RecallResult | None:
         """Recall every key named by ``@recall KEY`` in ``text`` (e.g. a user message); None if none."""
         from contextkit.archive.recall import recall_inline
 
-        return recall_inline(self, text)
+        return recall_inline(self, text, max_bytes=max_bytes)
 
     def handle_tool_call(self, tool_call_id: str, name: str, arguments: str) -> Message | None:
         """Answer a ``recall``/``recall_context`` tool call as a tool message; None for other tools."""

@@ -3,8 +3,9 @@ configured payload cap, or the context window).
 
 The message is archived verbatim and replaced by a head + tail excerpt that opens with a notice: how
 big the original was, what it was too big for, which lines are shown, and how the model reads the
-rest with the ``recall`` tool (``key`` plus ``start_line`` / ``end_line``). The excerpt ends with the
-usual recall suffix, so later phases treat it as a derived stub and never archive it again.
+rest with the ``recall`` tool (``key`` plus ``start_line`` / ``end_line``, or ``start_char`` /
+``end_char`` for one huge line). The excerpt ends with the usual recall suffix, so later phases
+treat it as a derived stub and never archive it again.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from contextkit.sizing import format_size
 EXCERPT_TAG = "[MESSAGE TOO LARGE TO SEND WHOLE"
 EXCERPT_MIN_CHARS = 1_500  # the smallest excerpt worth sending: below this the task itself is lost
 _PAGE_LINES = 200
+_PAGE_CHARS = 8_000
 
 
 def is_excerpt(message: Message) -> bool:
@@ -66,7 +68,8 @@ def excerpt_message(
             f"{EXCERPT_TAG}: the original is {size} on {lines} line{'s' if lines > 1 else ''}, too large for "
             f"{too_big_for}. "
             f"It is archived as <<ccr:{key}>>. Shown below: its first {len(head):,} and last {len(tail):,} "
-            "characters.]"
+            f'characters. To read the omitted characters, call recall with key "{key}" and a character range, '
+            f"e.g. start_char={len(head) + 1}, end_char={len(head) + _PAGE_CHARS}, and page on from there.]"
         )
         gap = f"... [{omitted:,} chars omitted] ..."
     else:

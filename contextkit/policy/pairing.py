@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from contextkit.markers import ArchiveSink
-from contextkit.messages import Message, ToolCall
+from contextkit.messages import Message, ToolCall, archived_text
 from contextkit.policy._common import archive_original, origin_of
 
 SYNTHETIC_RESULT = "[result unavailable: removed during context recovery]"
@@ -132,7 +132,7 @@ def repair_tool_pairing(
     if archive is not None:
         for orphan in orphans:
             got = archive_original(
-                archive, orphan.content, kind="tool_result", origin=origin_of(orphan, reason="orphan")
+                archive, archived_text(orphan), kind="tool_result", origin=origin_of(orphan, reason="orphan")
             )
             if got:
                 keys.extend(got[1])

@@ -6,6 +6,9 @@ The envelope follows the route (OpenAI error object on ``/v1/chat/completions``,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from contextkit.sim.wire import ANTHROPIC, Response, json_response
 
 # provider -> (wording template, OpenAI-envelope code, error type); {w} = window, {t} = tokens
@@ -150,17 +153,22 @@ def simple_fault(route: str, kind: str) -> Response:
 
 # a 400 that is about the request, not its size: nothing a compaction could fix
 UNKNOWN_PARAMETER = "Unrecognized request argument supplied: frobnicate"
+INVALID_INPUT_422 = "Input validation error: invalid request."
 
 
-def client_error(route: str, body: str | None = None) -> Response:
-    """A generic 400. ``body`` is a message wrapped in the route's error envelope, or - when it
-    starts with ``{`` or ``<`` - the raw response body (JSON or an HTML page) sent as is."""
-    text = UNKNOWN_PARAMETER if body is None else body
+def client_error(route: str, body: str | Mapping[str, Any] | None = None, status: int = 400) -> Response:
+    """A client error (400, or 422 as Hugging Face TGI sends) with a chosen body: a mapping is sent as
+    JSON exactly as given; a string starting with ``{`` or ``<`` is the raw response body (JSON or an
+    HTML page); any other string is the message inside the route's error envelope (a schema 400,
+    TGI's 422, a vLLM wording ...). The default is an unknown-parameter 400 / an invalid-input 422."""
+    if isinstance(body, Mapping):
+        return json_response(status, dict(body))
+    text = (UNKNOWN_PARAMETER if status == 400 else INVALID_INPUT_422) if body is None else body
     if text.lstrip().startswith("{"):
-        return Response(400, text.encode("utf-8"), "application/json")
+        return Response(status, text.encode("utf-8"), "application/json")
     if text.lstrip().startswith("<"):
-        return Response(400, text.encode("utf-8"), "text/html")
-    return _error(route, 400, text, "invalid_request_error")
+        return Response(status, text.encode("utf-8"), "text/html")
+    return _error(route, status, text, "invalid_request_error")
 
 
 def server_error(route: str, message: str) -> Response:

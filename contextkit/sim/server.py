@@ -15,6 +15,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -23,6 +24,7 @@ from contextkit.errors import ConfigError
 from contextkit.sim import faults, wire
 from contextkit.sim.cache import CacheUse, PromptCache
 from contextkit.sim.config import (
+    BODY_FAULTS,
     CONFIG_KEYS,
     ERROR_TEXT,
     FAULT_KINDS,
@@ -39,6 +41,8 @@ from contextkit.sim.model import CONTINUATION_TRIGGER, SUMMARY_TRIGGER, Conversa
 from contextkit.sizing import text_tokens, truncate_to_tokens
 
 __all__ = ["FAULT_KINDS", "SUMMARY_MODES", "GatewaySimulator", "RequestRecord", "SimConfig", "StreamGate"]
+
+FaultBody = str | Mapping[str, Any] | None  # the body of a "400" / "422" fault (see fail_next)
 
 
 @dataclass
@@ -65,7 +69,7 @@ class GatewaySimulator:
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, record_bodies: bool = False, **config: Any) -> None:
         self._lock = threading.Lock()
         self._config = self._build(SimConfig(), config)
-        self._faults: deque[tuple[str, str | None]] = deque()  # (kind, body of a "400")
+        self._faults: deque[tuple[str, FaultBody]] = deque()  # (kind, body of a "400" / "422")
         self._log: list[RequestRecord] = []
         self._bodies: dict[int, bytes] = {}
         self._seq = 0
@@ -156,16 +160,18 @@ class GatewaySimulator:
         with self._lock:
             return self._config
 
-    def fail_next(self, kind: str, times: int = 1, *, body: str | None = None) -> None:
+    def fail_next(self, kind: str, times: int = 1, *, body: FaultBody = None) -> None:
         """Queue a one-shot fault for the next matching request(s); stream faults wait for a stream.
 
-        ``"400"`` answers with a generic client error: ``body`` is its message (wrapped in the
-        route's error envelope) or a raw JSON/HTML body; the default is an unknown-parameter error.
+        ``"400"`` / ``"422"`` answer with a client error whose body is ``body``: a dict is sent as the
+        JSON body as is; a string is the message inside the route's error envelope, or - when it
+        starts with ``{`` or ``<`` - the raw body (JSON or an HTML page). The default is an
+        unknown-parameter 400 / an invalid-input 422.
         """
         if kind not in FAULT_KINDS:
             raise ConfigError(f"fault {kind!r} is unknown; use one of {', '.join(FAULT_KINDS)}")
-        if body is not None and kind != "400":
-            raise ConfigError(f"body= only applies to the '400' fault, not {kind!r}")
+        if body is not None and kind not in BODY_FAULTS:
+            raise ConfigError(f"body= is only for the faults {', '.join(BODY_FAULTS)}, not {kind!r}")
         with self._lock:
             self._faults.extend([(kind, body)] * times)
 
@@ -205,7 +211,7 @@ class GatewaySimulator:
         with self._lock:
             return [kind for kind, _ in self._faults]
 
-    def _take_fault(self, stream: bool) -> tuple[str, str | None] | None:
+    def _take_fault(self, stream: bool) -> tuple[str, FaultBody] | None:
         with self._lock:
             for i, (kind, body) in enumerate(self._faults):
                 if kind not in STREAM_FAULTS or stream:
@@ -286,8 +292,8 @@ class GatewaySimulator:
                 out.response = faults.simple_fault(route, fault)
             elif fault == "timeout":
                 out.sleep_then_drop = cfg.timeout_sleep
-            elif fault == "400":
-                out.response = faults.client_error(route, fault_body)
+            elif fault in BODY_FAULTS:
+                out.response = faults.client_error(route, fault_body, int(fault))
             if fault not in ("stream_drop", "stream_error", "length"):
                 return out
         if cfg.context_window is not None and tokens > cfg.context_window and fault is None:
