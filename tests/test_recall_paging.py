@@ -36,7 +36,7 @@ class DictStore:
         return self.data.get(key)
 
 
-def follow(store: DictStore, key: str, max_bytes: int, *, by: str = "tool") -> tuple[str, list[str]]:
+def follow(store: Any, key: str, max_bytes: int, *, by: str = "tool") -> tuple[str, list[str]]:
     """Read every page the way a model would: the first call, then what each footer says."""
     pages: list[str] = []
     args: dict[str, Any] = {"key": marker(key)}
@@ -259,3 +259,28 @@ def test_model_recall_of_an_unknown_key_is_one_round_with_a_clear_answer(gw: Gat
     s.send("go")
     assert len([e for e in s.events if isinstance(e, RequestEvent)]) == 2
     assert "no archived content for 0000000000000000" in s.history[-2].content
+
+
+def test_every_marker_left_by_compaction_is_deliverable(gw: GatewaySimulator) -> None:
+    """No stub promises what recall cannot deliver: after recovery and compaction under a small
+    gateway cap, every marker in the history is recallable, page by page within the page budget."""
+    from histories import pasted_history, read_history
+
+    from contextkit.recall_flow import page_bytes
+
+    gw.configure(max_body="96KB")
+    s = make(gw, limits=Limits(context_window=200_000))  # the cap is learned from the gateway
+    s.add_messages(read_history(n=6, size=30_000))
+    s.send("summarize the modules")
+    s.add_messages(pasted_history(n=3, size=60_000))
+    s.send("and the logs?")
+    s.compact("keep the file names")
+    keys = {k for m in s.history for k in m.archive_keys}
+    assert len(keys) >= 3
+    budget = page_bytes(s._context())
+    for key in sorted(keys):
+        original = s.archive.get(key)
+        assert original is not None, f"{marker(key)} points at nothing"
+        joined, pages = follow(s.archive, key, budget) if wire_cost(original) > budget else (original, [])
+        assert joined == original
+        assert all(wire_cost(p) <= budget for p in pages)
