@@ -52,6 +52,17 @@ def recall_suffix(keys: Iterable[str]) -> str:
     return "\n" + RECALL_SUFFIX_PREFIX + " ".join(marker(k) for k in keys) + "]"
 
 
+def json_object(text: str) -> dict[str, object] | None:
+    """``text`` parsed as a JSON object (tool-call arguments), or None when it is not one."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def extract_keys_tolerant(payload: str) -> list[str]:
     """Keys from whatever a model pastes; lower-cased, distinct, first-seen order.
 
@@ -65,18 +76,14 @@ def extract_keys_tolerant(payload: str) -> list[str]:
         return list(dict.fromkeys(found))
     candidates: list[str] = []
     text = payload.strip()
-    if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        if isinstance(data, dict):
-            for name in _JSON_FIELDS:
-                value = data.get(name)
-                if isinstance(value, str):
-                    candidates.append(value)
-                elif isinstance(value, list):
-                    candidates.extend(v for v in value if isinstance(v, str))
+    data = json_object(text)
+    if data is not None:
+        for name in _JSON_FIELDS:
+            value = data.get(name)
+            if isinstance(value, str):
+                candidates.append(value)
+            elif isinstance(value, list):
+                candidates.extend(v for v in value if isinstance(v, str))
     if not candidates:
         candidates = [text]
     keys = []

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from contextkit.compaction import CompactionStats
 from contextkit.errors import ConfigError
 from contextkit.messages import message_from_dict, message_to_dict
-from contextkit.settings import Limits
+from contextkit.settings import LIMIT_KWARGS, Limits
 from contextkit.state import SessionStats
 
 if TYPE_CHECKING:
@@ -126,7 +126,9 @@ def load_session(
     data = read_saved(path)
     try:  # a truncated or hand-edited file: say which file and what is wrong, not a KeyError
         limit_fields = {f.name for f in fields(Limits)}
-        limits = Limits(**{k: v for k, v in data["limits"].items() if k in limit_fields})
+        # a timeout= / max_retries= given to load replaces the saved value instead of conflicting with it
+        replaced = {LIMIT_KWARGS[name] for name in kwargs if name in LIMIT_KWARGS}
+        limits = Limits(**{k: v for k, v in data["limits"].items() if k in limit_fields and k not in replaced})
         model, session_id = data["model"], data["session_id"]
         history = [message_from_dict(m) for m in data["history"]]
         window = int(data["context_window"])

@@ -38,7 +38,7 @@ from contextkit.messages import Message, from_wire
 from contextkit.persist import load_session, save_session
 from contextkit.policy.breakpoints import needs_breakpoints
 from contextkit.preflight import run_compaction
-from contextkit.settings import Limits
+from contextkit.settings import LIMIT_KWARGS, Limits
 from contextkit.sizing import Measure, RequestMeter, body_params
 from contextkit.state import SessionState, SessionStats
 from contextkit.streaming import AsyncReplyStream, ReplyStream
@@ -47,14 +47,6 @@ from contextkit.tools import Tool, as_tools
 
 DEFAULT_WINDOW = 128_000
 StatusSink = Callable[[str], None]
-# litellm keyword arguments that name a limit contextkit owns: they set it (the request timeout, our
-# retries: the SDK's own retries stay off so every failure is classified and shown as an event).
-LIMIT_KWARGS = {
-    "timeout": "request_timeout",
-    "request_timeout": "request_timeout",
-    "max_retries": "max_retries",
-    "num_retries": "max_retries",
-}
 RESERVED_KWARGS = {
     "messages": "send the messages with session.send(...) or session.add_messages(...)",
     "stream": "call session.stream(...) for a streamed reply",

@@ -22,6 +22,14 @@ from contextkit.errors import ConfigError
 from contextkit.sizing import parse_size
 
 ENV_PREFIX = "CONTEXTKIT_"
+# litellm keyword arguments that name a limit contextkit owns: given to a Session they set it (the
+# request timeout; our retries - the SDK's own stay off so every failure is classified and shown).
+LIMIT_KWARGS = {
+    "timeout": "request_timeout",
+    "request_timeout": "request_timeout",
+    "max_retries": "max_retries",
+    "num_retries": "max_retries",
+}
 
 
 def _env_int(env: Mapping[str, str], name: str, default: int | None, *, minimum: int = 1) -> int | None:

@@ -191,3 +191,11 @@ def test_a_failing_subscriber_is_counted_and_reported_once(
     assert log.subscriber_errors == len(seen) > 5  # every event failed in `broken`, all were delivered to the other
     assert isinstance(log.last_subscriber_error, ValueError)
     assert [r.levelname for r in caplog.records if "widget gone" in r.getMessage()] == ["WARNING"]
+
+
+def test_load_takes_a_new_timeout(gw: GatewaySimulator, tmp_path: Path) -> None:
+    s = make(gw, archive=Archive(tmp_path / "a.sqlite"), timeout=30)
+    saved = s.save(tmp_path / "s.json")
+    assert Session.load(saved, api_base=gw.api_base, api_key="k", status=None).limits.request_timeout == 30
+    again = Session.load(saved, api_base=gw.api_base, api_key="k", status=None, timeout=5)
+    assert again.limits.request_timeout == 5

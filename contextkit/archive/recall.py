@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from contextkit.archive.paging import PageRequest, page_of, request_from_text
 from contextkit.errors import RecallValidationError
-from contextkit.markers import extract_keys_tolerant, marker
+from contextkit.markers import extract_keys_tolerant, json_object, marker
 from contextkit.messages import Message
 
 RECALL_TOOL = "recall"
@@ -115,11 +115,8 @@ def _key_list(payload: str) -> list[str]:
     """A payload that is nothing but bare keys separated by spaces/commas (``"K1 K2"``, ``{"key": "K1, K2"}``)."""
     text = payload.strip()
     if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        values = [v for v in data.values() if isinstance(v, str)] if isinstance(data, dict) else []
+        data = json_object(text)
+        values = [v for v in data.values() if isinstance(v, str)] if data else []
         text = values[0] if len(values) == 1 else ""
     tokens = [t.strip("`'\"<>[]") for t in re.split(r"[\s,;]+", text.strip()) if t.strip()]
     if len(tokens) < 2 or not all(_BARE_KEY_RE.match(t) for t in tokens):
@@ -190,16 +187,13 @@ def _request_from_payload(payload: str) -> PageRequest:
     """The range in tool arguments: JSON fields, or ``lines 5-10`` written after the marker."""
     text = payload.strip()
     request = PageRequest()
-    if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        if isinstance(data, dict):
-            fields = {n: _lenient_int(data.get(n)) for n in ("start_line", "end_line", "start_char", "end_char")}
-            request = PageRequest(**fields)  # type: ignore[arg-type]  # checked by problem() below
-            if not request.ranged and isinstance(data.get("key"), str):
-                text = data["key"]
+    data = json_object(text)
+    if data is not None:
+        fields = {n: _lenient_int(data.get(n)) for n in ("start_line", "end_line", "start_char", "end_char")}
+        request = PageRequest(**fields)  # type: ignore[arg-type]  # checked by problem() below
+        key = data.get("key")
+        if not request.ranged and isinstance(key, str):
+            text = key
     if not request.ranged:
         tail = re.split(r"ccr\s*:\s*[0-9a-fA-F]{16}\s*>{0,2}", text)[-1]
         request = request_from_text(tail)
