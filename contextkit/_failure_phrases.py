@@ -112,6 +112,7 @@ WINDOW_PATTERNS = tuple(
         r"`inputs` must have less than (\d+) tokens",  # Hugging Face TGI
         r"maximum context length is (\d+)",  # OpenAI, vLLM, llama-cpp-python, DeepSeek, Azure, OpenRouter
         r"exceed context window of (\d+)",  # llama.cpp "Requested tokens (N) exceed context window of W"
+        r"available context size \((\d+)",  # llama.cpp "exceeds the available context size (2048 tokens)"
         r"context window of (\d+)",
         r"maximum model length of (\d+)",  # vLLM
         r"maximum number of tokens allowed \((\d+)\)",  # Gemini

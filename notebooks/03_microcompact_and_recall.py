@@ -120,8 +120,11 @@ print("entry:", entry.kind, entry.origin, format_size(entry.bytes))
 # first request rewrites the old results in one batch.
 # The model gets the `recall` tool as soon as the archive holds something (an agent with tools of
 # its own has it from the start). Here the scripted model calls it for the first stub; you can also
-# type `@recall <<ccr:KEY>>` in a user message. Recall output is marked
-# `is_recall` and `preserve_verbatim`: it is never re-compressed or re-archived.
+# type `@recall <<ccr:KEY>>` in a user message, and a model without tools may write it in its answer
+# (the session recalls and asks again). Recall output is marked `is_recall`: it is never
+# re-archived; the whole original is also `preserve_verbatim`. An original larger than a quarter of
+# the request budget comes in pages, each ending with a line that says how to get the next one
+# (`recall(key=..., start_line=N)` or `@recall <<ccr:KEY>> lines N-M`).
 
 # %%
 from contextkit import Limits, Session
@@ -159,6 +162,16 @@ reply = session.send(f"And compare it with @recall {marker(key)} please.")
 inline = [m for m in session.history if m.role == "user"][-1]
 print("the session expanded @recall into a user message:", inline.is_recall, "-", format_size(len(inline.content)))
 print(session.archive.recall("<<ccr:0000000000000000>>").text)  # a wrong key is an answer, never an exception
+
+# %% [markdown]
+# Pages: ask for a range (1-based, inclusive), or pass the page budget the session would use. The
+# last line of a page names the next one.
+
+# %%
+page = session.archive.recall(json.dumps({"key": marker(key), "start_line": 3, "end_line": 5}))
+print(page.text)
+first = session.archive.recall(marker(key), max_bytes=2_000)
+print("...", first.text.splitlines()[-1])
 
 # %% [markdown]
 # ## Streaming the answer

@@ -474,6 +474,7 @@ WINDOWS = [
     ("This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion).", 4096),
     ('{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5965,"n_ctx":2048}}', 2048),
     ("Requested tokens (5965) exceed context window of 2048", 2048),
+    ("the request exceeds the available context size (2048 tokens), try increasing it", 2048),
     ("Input validation error: `inputs` tokens + `max_new_tokens` must be <= 2048. Given: 2000 `inputs` tokens and 100 `max_new_tokens`", 2048),
     ("Input validation error: `inputs` must have less than 1024 tokens. Given: 1500", 1024),
     ("The decoder prompt (length 5000) is longer than the maximum model length of 4096.", 4096),
