@@ -50,7 +50,6 @@ StatusSink = Callable[[str], None]
 RESERVED_KWARGS = {
     "messages": "send the messages with session.send(...) or session.add_messages(...)",
     "stream": "call session.stream(...) for a streamed reply",
-    "tools_schema": "pass Python callables or contextkit.tools.Tool values as tools=[...]",
 }
 
 

@@ -4,11 +4,12 @@ A page is a range of whole lines (1-based, inclusive), or a range of characters 
 is larger than a page (minified JSON, a base64 image). Every page ends with one line that says which
 range it is and how to get the next one, in both forms the model can use::
 
-    [page of <<ccr:K>>: lines 1-180 of 5000. Next page: recall(key="<<ccr:K>>", start_line=181) or @recall <<ccr:K>> lines 181-]
+    [page of <<ccr:K>>: lines 1-180 of 5000. Next page: recall(key="<<ccr:K>>", start_line=181) or @recall <<ccr:K>> lines 181-360]
 
 The footer is always preceded by one newline of its own: the page's text is everything before
-``"\n[page of "`` on its last line. Sizes are wire bytes of the page text inside a JSON string (UTF-8, escapes included), so a page of
-``max_bytes`` adds at most about that much to the request. Pure functions, no storage.
+``"\n[page of "`` on its last line. Sizes are wire bytes of the page text inside a JSON string
+(UTF-8, escapes included), so a page of ``max_bytes`` adds at most that much to the request.
+Pure functions, no storage.
 """
 
 from __future__ import annotations

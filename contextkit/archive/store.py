@@ -110,11 +110,6 @@ class Archive:
         """A private SQLite ``:memory:`` archive (tests, one-shot scripts); gone when closed."""
         return cls(session_id=session_id, read_scopes=read_scopes, _store=Store(":memory:", ":memory:"))
 
-    @property
-    def in_memory_only(self) -> bool:
-        """True for ``Archive.in_memory()``: nothing survives the process unless copied to a file."""
-        return self.path is None
-
     def adopt(self, session_id: str) -> Archive:
         """Write to and read from ``session_id`` from now on (earlier scopes stay readable); returns
         ``self``. ``Session`` calls it for an archive created without a ``session_id``."""
