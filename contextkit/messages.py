@@ -83,6 +83,7 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None
     images: tuple[str, ...] = ()
+    image_details: tuple[str | None, ...] = ()  # OpenAI's image_url "detail" per image ("low", "high"), if given
     # metadata, never on the wire
     turn: int | None = field(default=None, compare=False)
     preserve_verbatim: bool = False
@@ -173,7 +174,7 @@ def to_wire(message: Message) -> dict[str, Any]:
         parts: list[dict[str, Any]] = []
         if message.content:
             parts.append({"type": "text", "text": wire_safe(message.content)})
-        parts.extend({"type": "image_url", "image_url": {"url": url}} for url in message.images)
+        parts.extend({"type": "image_url", "image_url": _image_url(message, i)} for i in range(len(message.images)))
         wire["content"] = parts
     elif message.role == "assistant" and message.tool_calls and not message.content:
         wire["content"] = None
@@ -190,18 +191,25 @@ def to_wire(message: Message) -> dict[str, Any]:
     return wire
 
 
+def _image_url(message: Message, i: int) -> dict[str, Any]:
+    detail = message.image_details[i] if i < len(message.image_details) else None
+    return {"url": message.images[i], **({"detail": detail} if detail is not None else {})}
+
+
 def to_wire_list(history: Iterable[Message]) -> list[dict[str, Any]]:
     return [to_wire(m) for m in history]
 
 
-def _text_and_images(content: Any, where: str) -> tuple[str, tuple[str, ...]]:
+def _text_and_images(content: Any, where: str) -> tuple[str, tuple[str, ...], tuple[str | None, ...]]:
+    """Text (parts joined by newlines), image URLs and their ``detail`` (``()`` when none is given)."""
     if content is None:
-        return "", ()
+        return "", (), ()
     if isinstance(content, str):
-        return content, ()
+        return content, (), ()
     if isinstance(content, list):
         texts: list[str] = []
         images: list[str] = []
+        details: list[str | None] = []
         for part in content:
             if not isinstance(part, Mapping):
                 raise InvalidMessageError(f"{where}: content parts must be dicts, got {type(part).__name__}")
@@ -212,11 +220,13 @@ def _text_and_images(content: Any, where: str) -> tuple[str, tuple[str, ...]]:
             elif kind == "image_url":
                 url = part.get("image_url")
                 images.append(str(url.get("url", "")) if isinstance(url, Mapping) else str(url))
+                detail = url.get("detail") if isinstance(url, Mapping) else None
+                details.append(str(detail) if detail is not None else None)
             else:
                 raise InvalidMessageError(
                     f"{where}: unsupported content part type {kind!r} (use 'text' or 'image_url')"
                 )
-        return "\n".join(texts), tuple(images)
+        return "\n".join(texts), tuple(images), (tuple(details) if any(d is not None for d in details) else ())
     raise InvalidMessageError(
         f"{where}: content must be a string, a list of parts or null, got {type(content).__name__}"
     )
@@ -257,7 +267,7 @@ def from_wire(raw: Mapping[str, Any] | Message, *, index: int | None = None) -> 
         raise InvalidMessageError(f"{where}: role {role!r} is not one of {', '.join(ROLES)}")
     if role != "assistant" and "content" not in raw:
         raise InvalidMessageError(f"{where}: a {role} message needs 'content'")
-    text, images = _text_and_images(raw.get("content"), where)
+    text, images, details = _text_and_images(raw.get("content"), where)
     raw_calls = raw.get("tool_calls") or ()
     if not isinstance(raw_calls, list | tuple):
         raise InvalidMessageError(f"{where}: tool_calls must be a list of tool calls, got {type(raw_calls).__name__}")
@@ -278,6 +288,7 @@ def from_wire(raw: Mapping[str, Any] | Message, *, index: int | None = None) -> 
         tool_call_id=str(tool_call_id) if tool_call_id is not None else None,
         name=name,
         images=images,
+        image_details=details,
         reasoning=reasoning if isinstance(reasoning, str) else None,
     )
 
@@ -308,16 +319,19 @@ def assistant_turns(history: Sequence[Message]) -> list[int]:
     return tags
 
 
-IMAGE_LINE = "[image_url: {url}]"
+IMAGE_LINE = "[image_url: {url}{detail}]"
 
 
 def archived_text(message: Message) -> str:
     """Everything a message carries besides its role, as text to archive: the content, then one
-    ``[image_url: URL]`` line per image (a data URL holds the image bytes). Equals ``content`` for a
+    ``[image_url: URL]`` line per image (a data URL holds the image bytes; `` detail=low`` when set). Equals ``content`` for a
     text-only message, so text stubs keep their keys; an image is never dropped unarchived."""
     if not message.images:
         return message.content
-    lines = [IMAGE_LINE.format(url=url) for url in message.images]
+    lines = []
+    for i in range(len(message.images)):
+        part = _image_url(message, i)
+        lines.append(IMAGE_LINE.format(url=part["url"], detail=f" detail={part['detail']}" if "detail" in part else ""))
     return "\n".join([message.content, *lines] if message.content else lines)
 
 
@@ -346,6 +360,8 @@ def message_to_dict(message: Message) -> dict[str, Any]:
             data[name] = value
     if message.images:
         data["images"] = list(message.images)
+    if message.image_details:
+        data["image_details"] = list(message.image_details)
     if message.origin is not None:
         data["origin"] = {
             k: v
@@ -377,6 +393,7 @@ def message_from_dict(data: Mapping[str, Any]) -> Message:
         tool_call_id=data.get("tool_call_id"),
         name=data.get("name"),
         images=tuple(data.get("images", ())),
+        image_details=tuple(data.get("image_details", ())),
         turn=data.get("turn"),
         preserve_verbatim=bool(data.get("preserve_verbatim", False)),
         origin=origin,

@@ -16,7 +16,17 @@ import pytest
 from contextkit import Limits, Session
 from contextkit.archive import Archive
 from contextkit.markers import marker
-from contextkit.messages import IMAGE_LINE, Message, ToolCall, archived_text, from_wire, render_transcript
+from contextkit.messages import (
+    IMAGE_LINE,
+    Message,
+    ToolCall,
+    archived_text,
+    from_wire,
+    message_from_dict,
+    message_to_dict,
+    render_transcript,
+    to_wire,
+)
 from contextkit.policy.microcompact import microcompact
 from contextkit.policy.pairing import repair_tool_pairing
 from contextkit.policy.summary import plan_segment, segment_transcript
@@ -71,8 +81,20 @@ def agent_history() -> list[Message]:
 def test_archived_text_keeps_text_only_messages_unchanged() -> None:
     assert archived_text(Message.user("plain")) == "plain"
     both = archived_text(Message.user("look", images=(PHOTO_URL,)))
-    assert both == "look\n" + IMAGE_LINE.format(url=PHOTO_URL)
+    assert both == "look\n" + IMAGE_LINE.format(url=PHOTO_URL, detail="")
     assert PHOTO_URL in render_transcript([Message.user("", images=(PHOTO_URL, SCREENSHOT_URL))])
+
+
+def test_image_detail_is_kept_on_the_wire_and_in_the_archive(tmp_path: Path) -> None:
+    raw = {"role": "user", "content": [{"type": "text", "text": "a"},
+                                       {"type": "image_url", "image_url": {"url": PHOTO_URL, "detail": "low"}},
+                                       {"type": "image_url", "image_url": {"url": SCREENSHOT_URL}}]}  # fmt: skip
+    message = from_wire(raw)
+    assert message.image_details == ("low", None)
+    assert to_wire(message)["content"][1:] == raw["content"][1:]  # detail sent as given, not dropped
+    assert message_from_dict(message_to_dict(message)) == message
+    assert f"[image_url: {PHOTO_URL} detail=low]" in archived_text(message)
+    assert from_wire({"role": "user", "content": raw["content"][2:]}).image_details == ()
 
 
 def test_image_round_trip_through_microcompact_and_level3(tmp_path: Path) -> None:

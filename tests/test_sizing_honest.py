@@ -49,6 +49,7 @@ CASES: dict[str, tuple[list[Message], dict[str, Any]]] = {
     "tool_schemas": ([Message.user("use tools")], {"tools": TOOL_SCHEMAS, "tool_choice": "auto"}),
     "image_data_url": ([Message("user", "what is in this image?", images=(PNG,))], {}),
     "image_only": ([Message("user", "", images=(PNG, PNG))], {}),
+    "image_detail": ([Message("user", "see", images=(PNG, PNG), image_details=("low", None))], {}),
     "params": (
         [Message.user("short")],
         {"max_tokens": 50, "temperature": 0.5, "top_p": 1.0, "stop": ["END"], "seed": 7},
