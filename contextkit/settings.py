@@ -109,8 +109,10 @@ class Limits:
         return frozenset(getattr(self, "_explicit", ()))
 
     def over_env(self, env: Mapping[str, str] | None = None) -> Limits:
-        """These limits' explicit fields over the ``CONTEXTKIT_*`` process defaults (S12)."""
-        return Limits.from_env(env, _keep_none=True, **{name: getattr(self, name) for name in self.explicit_fields})
+        """These limits' explicit fields over the ``CONTEXTKIT_*`` process defaults (S12); ``self``
+        when the environment changes nothing."""
+        resolved = Limits.from_env(env, _keep_none=True, **{name: getattr(self, name) for name in self.explicit_fields})
+        return self if resolved == self else resolved
 
     def __post_init__(self) -> None:
         if self.max_payload is not None and not isinstance(self.max_payload, int):

@@ -199,3 +199,8 @@ def test_load_takes_a_new_timeout(gw: GatewaySimulator, tmp_path: Path) -> None:
     assert Session.load(saved, api_base=gw.api_base, api_key="k", status=None).limits.request_timeout == 30
     again = Session.load(saved, api_base=gw.api_base, api_key="k", status=None, timeout=5)
     assert again.limits.request_timeout == 5
+
+
+def test_limits_are_the_callers_object_when_the_environment_adds_nothing(gw: GatewaySimulator) -> None:
+    limits = Limits(max_payload="128KB")
+    assert make(gw, limits=limits).limits is limits
