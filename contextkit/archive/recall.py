@@ -52,8 +52,8 @@ def recall_tool_schema() -> dict[str, Any]:
             "description": (
                 "Return the full original text that was archived behind a <<ccr:KEY>> marker in this "
                 "conversation (removed or shortened to save context). Pass the marker or its 16-hex-char key; "
-                "several markers at once return one labelled section each. A long original comes in pages: "
-                "each page ends with a line saying how to get the next one (start_line or start_char)."
+                "several markers at once return one labelled section each. Long originals come in pages "
+                "(lines or characters, 1-based, inclusive); each page's last line says how to get the next."
             ),
             "parameters": {
                 "type": "object",
@@ -63,13 +63,10 @@ def recall_tool_schema() -> dict[str, Any]:
                         "description": 'One or more markers or keys, e.g. "<<ccr:0123456789abcdef>>" or '
                         '"0123456789abcdef fedcba9876543210".',
                     },
-                    "start_line": {"type": "integer", "description": "First line to return (1-based)."},
-                    "end_line": {"type": "integer", "description": "Last line to return (inclusive)."},
-                    "start_char": {
-                        "type": "integer",
-                        "description": "First character to return (1-based), for originals with very long lines.",
-                    },
-                    "end_char": {"type": "integer", "description": "Last character to return (inclusive)."},
+                    "start_line": {"type": "integer"},
+                    "end_line": {"type": "integer"},
+                    "start_char": {"type": "integer"},
+                    "end_char": {"type": "integer"},
                 },
                 "required": ["key"],
             },
