@@ -155,7 +155,8 @@ def add_payload_notice(ctx: FlowContext) -> None:
     if st.has_payload_notice():
         return
     has_tools = any(t.get("function", {}).get("name") != "recall" for t in ctx.tools)
-    notice = Message.user(PAYLOAD_NOTICE if has_tools else PAYLOAD_NOTICE_CHAT, synthetic=True)
+    # verbatim: shrink must not reduce it to a pointer (it would then be added again, once per shrink)
+    notice = Message.user(PAYLOAD_NOTICE if has_tools else PAYLOAD_NOTICE_CHAT, synthetic=True, preserve_verbatim=True)
     last_user = max((i for i, m in enumerate(st.history) if m.role == "user"), default=len(st.history))
     st.history = [*st.history[:last_user], notice, *st.history[last_user:]]
     ctx.notify("payload_notice", "added a one-time notice asking the model to keep requests small", "info")

@@ -115,7 +115,8 @@ def test_image_round_trip_through_microcompact_and_level3(tmp_path: Path) -> Non
 
 
 def test_nuclear_cap_keeps_the_images_of_kept_messages() -> None:
-    history = [Message.user("x" * 9_000, images=(PHOTO_URL,)), Message.assistant("ok")]
+    # an older message: the newest user message is the task, which truncation never cuts
+    history = [Message.user("x" * 9_000, images=(PHOTO_URL,)), Message.assistant("ok"), Message.user("and now?")]
     with Archive.in_memory() as archive:
         out, report = emergency_truncate(history, keep=4, archive=archive, per_message_cap=4_000)
     assert report.capped == 1 and out[0].images == (PHOTO_URL,)

@@ -274,8 +274,9 @@ def test_every_marker_left_by_compaction_is_deliverable(gw: GatewaySimulator) ->
     s.send("summarize the modules")
     s.add_messages(pasted_history(n=3, size=60_000))
     s.send("and the logs?")
+    keys = {k for m in s.history for k in m.archive_keys}  # the stubs recovery left
     s.compact("keep the file names")
-    keys = {k for m in s.history for k in m.archive_keys}
+    keys |= {k for m in s.history for k in m.archive_keys}  # and the summary's
     assert len(keys) >= 3
     budget = page_bytes(s._context())
     for key in sorted(keys):
@@ -284,3 +285,17 @@ def test_every_marker_left_by_compaction_is_deliverable(gw: GatewaySimulator) ->
         joined, pages = follow(s.archive, key, budget) if wire_cost(original) > budget else (original, [])
         assert joined == original
         assert all(wire_cost(p) <= budget for p in pages)
+
+
+@pytest.mark.parametrize(("max_rounds", "requests"), [(1, 2), (2, 3)])
+def test_a_model_recall_round_counts_against_max_rounds(gw: GatewaySimulator, max_rounds: int, requests: int) -> None:
+    # one tool round, then a reply asking @recall: with max_rounds=1 the recall round is not run
+    from dataclasses import replace
+
+    ws = Workspace(seed=2, target_bytes=2_000)
+    gw.configure(agent=replace(AgentScript.seeded(seed=2, steps=1), final_text=f"@recall {marker('0' * 16)}"))
+    s = make(gw, tools=list(ws.tools.values()))
+    reply = s.send("go", max_rounds=max_rounds)
+    assert len([e for e in s.events if isinstance(e, RequestEvent)]) == requests
+    assert ("no archived content" in s.history[-2].content) == (max_rounds == 2)
+    assert "@recall" in reply.text

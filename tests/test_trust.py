@@ -25,6 +25,7 @@ from contextkit.policy.oversize import EXCERPT_TAG
 from contextkit.session import Session
 from contextkit.sim import GatewaySimulator, Workspace
 from contextkit.sim.model import AgentScript
+from contextkit.sizing import format_size, request_bytes
 from contextkit.state import PAYLOAD_NOTICE_MARKER
 from contextkit.tools import ToolResult
 
@@ -277,7 +278,8 @@ def test_the_floor_message_names_real_sizes_and_no_system_prompt_when_there_is_n
     with pytest.raises(PayloadFloorError) as info:
         session.send("hi")
     text = str(info.value)
-    assert "system prompt" not in text and "tool schemas are 33." in text and "newest message is 2 B" in text
+    schemas = format_size(request_bytes([], tools=session.tool_schemas) - request_bytes([]))  # about 34 KB
+    assert "system prompt" not in text and f"tool schemas are {schemas}" in text and "newest message is 2 B" in text
     assert session.history == []
 
 
@@ -525,7 +527,8 @@ def test_event_turn_numbers_count_user_turns(gw: GatewaySimulator, tmp_path: Any
     assert [e.turn for e in requests if e.outcome == "ok"] == [1, 2, 3, 4]
     compactions = events(session, CompactionEvent)
     assert compactions and {e.turn for e in compactions} <= {1, 2, 3, 4} and 0 not in {e.turn for e in compactions}
-    saved = session.save(tmp_path / "s.json")
+    with pytest.warns(UserWarning, match="archive is in memory"):  # copied next to the saved file
+        saved = session.save(tmp_path / "s.json")
     loaded = Session.load(saved, archive=session.archive, api_base=gw.api_base, api_key="sim-key", status=None)
     loaded.send("after loading")
     assert [e.turn for e in events(loaded, RequestEvent)] == [5]  # numbering goes on where it stopped
@@ -541,6 +544,23 @@ def test_the_payload_notice_fits_the_session(gw: GatewaySimulator, with_tools: b
     (notice,) = [m for m in session.history if PAYLOAD_NOTICE_MARKER in m.content]
     assert ("targeted reads" in notice.content) == with_tools
     assert ("grep" in notice.content) == with_tools
+
+
+def test_the_payload_notice_is_added_once_even_when_shrink_runs_again(gw: GatewaySimulator) -> None:
+    """Level-3 shrink reduces old messages to pointers; the notice stays whole, so a later payload
+    recovery finds it and does not add a second one (it used to be stubbed, then added again)."""
+    gw.configure(max_body="96KB", reject_with="413")
+    session = session_for(gw, limits=Limits(context_window=128_000, retry_backoff=0.0))
+    logs = Workspace(seed=3, target_bytes=6_000)
+    for i in range(3):
+        session.send(f"turn {i}: log\n" + logs.tail_log(300).content)
+    for j in range(3):
+        gw.fail_next("413", times=2)  # the same request refused twice: evidence of a size limit
+        session.send(f"question {j}: " + logs.tail_log(100).content)
+        assert sum(PAYLOAD_NOTICE_MARKER in m.content for m in session.history) == 1
+    assert len(notices(session, "payload_notice")) == 1
+    shrinks = [e for e in events(session, CompactionEvent) if e.phase == "shrink" and "to pointers" in e.status]
+    assert shrinks  # the case this test is about: old messages were reduced to pointers
 
 
 # 8. simulator faults the tests need -----------------------------------------------------------------------------

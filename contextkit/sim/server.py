@@ -171,7 +171,7 @@ class GatewaySimulator:
         if kind not in FAULT_KINDS:
             raise ConfigError(f"fault {kind!r} is unknown; use one of {', '.join(FAULT_KINDS)}")
         if body is not None and kind not in BODY_FAULTS:
-            raise ConfigError(f"body= is only for the faults {', '.join(BODY_FAULTS)}, not {kind!r}")
+            raise ConfigError(f"body= only applies to the faults {' and '.join(BODY_FAULTS)}, not {kind!r}")
         with self._lock:
             self._faults.extend([(kind, body)] * times)
 
