@@ -267,12 +267,16 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
             turn.tool_calls += len(outcome.tool_calls)
             continue
         if (
-            not turn.parts
+            not answer.parts
             and outcome.finish_reason != "length"
             and turn.tool_rounds < max_rounds
             and model_recall_round(ctx, outcome.content, turn.recalled)
         ):
-            turn.tool_rounds += 1  # the model wrote @recall <<ccr:KEY>>: a recall round, then ask again
+            # the model wrote @recall <<ccr:KEY>>: a recall round (a round like a tool round), then ask again
+            turn.tool_rounds += 1
+            shown, _ = answer.finish(ctx, outcome.content)
+            if stream:
+                yield StreamNote("tool_round", shown, reason="@recall", show="" if shown.endswith("\n") else "\n")
             continue
         if outcome.finish_reason == "length" and turn.escalations < st.limits.max_token_escalations:
             current = st.max_tokens or int(ctx.params.get("max_tokens") or 4096)

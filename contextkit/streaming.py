@@ -15,7 +15,7 @@ What the reader gets (the concatenated deltas):
   only the answer.
 * tool rounds stream too: the text a model writes before calling tools ("Let me read the file.")
   is yielded as it arrives, followed by a line break, and marked afterwards by a ``tool_round``
-  event. ``reply.text`` is the final answer only, so the deltas are the tool rounds' text plus
+  event (reason ``"@recall"`` for a reply that asked ``@recall <<ccr:KEY>>`` in its text). ``reply.text`` is the final answer only, so the deltas are the tool rounds' text plus
   ``reply.text`` (which they end with).
 
 Every delta is also published as a ``StreamEvent(kind="delta")`` (to subscribers only, not kept

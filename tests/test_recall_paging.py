@@ -299,3 +299,18 @@ def test_a_model_recall_round_counts_against_max_rounds(gw: GatewaySimulator, ma
     assert len([e for e in s.events if isinstance(e, RequestEvent)]) == requests
     assert ("no archived content" in s.history[-2].content) == (max_rounds == 2)
     assert "@recall" in reply.text
+
+
+def test_a_streamed_model_recall_round_is_a_round_for_the_reader(gw: GatewaySimulator) -> None:
+    # what the reader saw: the recall round's text, a line break, then reply.text (as for a tool round)
+    from contextkit.events import StreamEvent
+
+    asked = f"@recall {marker('0' * 16)}"
+    s = make(gw)
+    gw.configure(agent=AgentScript((), final_text=asked))
+    stream = s.stream("go")
+    shown = "".join(stream)
+    (round_,) = [e for e in s.events if isinstance(e, StreamEvent) and e.kind == "tool_round"]
+    assert round_.text.startswith(asked) and round_.reason == "@recall"
+    assert shown == round_.text + "\n" + stream.reply.text
+    assert "no archived content for 0000000000000000" in s.history[-2].content

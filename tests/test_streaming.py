@@ -18,13 +18,13 @@ from histories import pasted_history, read_history
 from contextkit import Limits
 from contextkit.archive import Archive
 from contextkit.errors import ProviderError
-from contextkit.events import Event, NoticeEvent, RequestEvent, StreamEvent
+from contextkit.events import CapEvent, Event, NoticeEvent, RequestEvent, StreamEvent
 from contextkit.messages import Message
 from contextkit.policy.expand import expand_markers
 from contextkit.session import Session
 from contextkit.sim import GatewaySimulator, Workspace, long_text
 from contextkit.sim.model import CONTINUATION_TRIGGER
-from contextkit.sizing import text_tokens
+from contextkit.sizing import request_bytes, text_tokens
 from contextkit.tools import ToolResult
 
 LOOPS = ("stream", "astream")
@@ -452,17 +452,26 @@ async def _acancel(session: Session, question: str, how: str) -> None:
 # one flow, four loops (S6.5) ----------------------------------------------------------------------
 
 
-def _trace(session: Session) -> dict[str, Any]:
+# a streamed body carries "stream": true (measured: request bytes are the bytes sent)
+STREAM_FIELD_BYTES = request_bytes([], stream=True) - request_bytes([])
+
+
+def _trace(session: Session, streamed: bool) -> dict[str, Any]:
+    extra = STREAM_FIELD_BYTES if streamed else 0
     requests = [
-        (e.purpose, e.outcome, e.failure_kind, e.level, e.bytes) for e in session.events if isinstance(e, RequestEvent)
+        (e.purpose, e.outcome, e.failure_kind, e.level, e.bytes - extra)
+        for e in session.events
+        if isinstance(e, RequestEvent)
     ]
     stats = session.stats.to_dict()
     stats.pop("cost")
+    stats["bytes_sent"] -= extra * stats["requests"]
     return {
         "requests": requests,
         "stats": stats,
         "history": [(m.role, m.content) for m in session.history],
-        "cap": session.payload_cap,
+        # the cap is 3/4 of the rejected body: compare the rejections it was learned from
+        "caps": [(e.source, e.rejected_bytes - extra) for e in session.events if isinstance(e, CapEvent)],
     }
 
 
@@ -487,7 +496,7 @@ def test_stream_and_astream_behave_exactly_as_send(
             else:
                 deltas, stream = consume(loop, session, question)
                 assert "".join(deltas) == stream.reply.text
-            traces[loop] = _trace(session)
+            traces[loop] = _trace(session, streamed=loop != "send")
     assert traces["stream"] == traces["send"]
     assert traces["astream"] == traces["send"]
     assert len(traces["send"]["requests"]) > 1  # the scenario did make the flow work
