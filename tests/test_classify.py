@@ -520,3 +520,18 @@ def test_litellm_class_does_not_outvote_a_field_error() -> None:
 def test_timeout_word_in_a_400_is_a_parameter_not_a_timeout() -> None:
     assert classify_failure("Unrecognized request argument supplied: timeout", status=400).kind == OTHER
     assert classify_failure("upstream request timeout", status=504).kind == TRANS
+
+
+@pytest.mark.parametrize(
+    ("error", "request_bytes", "drop"),
+    [
+        ("Connection error.", None, True),
+        ("Server disconnected without sending a response.", 2_000_000, True),  # likely payload: still a drop
+        ((500, "Internal server error"), None, False),  # an answer, not a drop
+        ((429, "Rate limit reached"), None, False),
+        ((400, "This model's maximum context length is 4096 tokens."), None, False),
+    ],
+)
+def test_connection_drop_is_flagged_by_the_classifier(error: object, request_bytes: int | None, drop: bool) -> None:
+    # evidence.judge reads Failure.connection_drop, not the wording of the reason
+    assert classify_failure(error, request_bytes=request_bytes).connection_drop is drop
