@@ -255,6 +255,7 @@ def test_recall_written_by_the_model_is_honoured(gw: GatewaySimulator) -> None:
 
 def test_model_recall_of_an_unknown_key_is_one_round_with_a_clear_answer(gw: GatewaySimulator) -> None:
     s = make(gw)
+    s.archive.put("something archived", kind="tool_result")  # the simulator's scripted agent needs tools sent
     gw.configure(agent=AgentScript((), final_text=f"@recall {marker('0' * 16)}"))
     s.send("go")
     assert len([e for e in s.events if isinstance(e, RequestEvent)]) == 2
@@ -307,6 +308,7 @@ def test_a_streamed_model_recall_round_is_a_round_for_the_reader(gw: GatewaySimu
 
     asked = f"@recall {marker('0' * 16)}"
     s = make(gw)
+    s.archive.put("something archived", kind="tool_result")  # so the recall tool is sent (the agent needs tools)
     gw.configure(agent=AgentScript((), final_text=asked))
     stream = s.stream("go")
     shown = "".join(stream)
