@@ -20,10 +20,7 @@ Every message says what was wrong and what to do next.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from contextkit.messages import Message
+from typing import Any
 
 
 class ContextkitError(Exception):
@@ -86,7 +83,7 @@ class RecoveryFailedError(ProviderError):
         self,
         message: str,
         *,
-        history: list[Message],
+        history: list[Any],  # Message values; typed loosely so errors imports nothing
         attempts: list[dict[str, Any]],
         failure: Any = None,
     ) -> None:

@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from contextkit.compaction import CompactionStats
 from contextkit.errors import ConfigError
@@ -27,12 +28,13 @@ from contextkit.state import SessionStats
 
 if TYPE_CHECKING:
     from contextkit.archive import Archive
-    from contextkit.session import Session
 
 SAVE_VERSION = 1
+# the Session class is passed in (never imported here): session imports this module
+_S = TypeVar("_S")
 
 
-def session_to_dict(session: Session) -> dict[str, Any]:
+def session_to_dict(session: Any) -> dict[str, Any]:
     st = session._state
     return {
         "version": SAVE_VERSION,
@@ -119,8 +121,8 @@ def read_saved(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def load_session(
-    cls: type[Session], path: str | os.PathLike[str], *, archive: Archive | None = None, **kwargs: Any
-) -> Session:
+    cls: Callable[..., _S], path: str | os.PathLike[str], *, archive: Archive | None = None, **kwargs: Any
+) -> _S:
     from contextkit.archive import Archive
 
     data = read_saved(path)
@@ -162,7 +164,7 @@ def load_session(
             if archive_path
             else Archive.in_memory(session_id=archive_scope)
         )
-    session = cls(model, limits=limits, archive=archive, session_id=session_id, **kwargs)
+    session: Any = cls(model, limits=limits, archive=archive, session_id=session_id, **kwargs)
     st = session._state
     st.history = history
     st.context_window = window

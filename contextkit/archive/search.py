@@ -22,14 +22,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from contextkit.archive._db import SearchHit
 from contextkit.errors import RecallValidationError
 from contextkit.markers import marker
 from contextkit.sizing import text_tokens, truncate_to_tokens
 
-if TYPE_CHECKING:
-    from contextkit.archive.store import Archive, SearchHit
+
+class Searchable(Protocol):
+    """What a recall pack needs of an archive (``Archive`` is one); keeps this module below ``store``."""
+
+    def get(self, key: str) -> str | None: ...
+
+    def search(self, fts_query: str, limit: int) -> list[SearchHit]: ...
+
 
 HEADER = "### contextkit Context"
 NO_MATCH = "No matching archived context was found."
@@ -142,7 +149,7 @@ def _section(index: int, key: str, body: str) -> str:
     return f"[{index}] {marker(key)}\n{body}"
 
 
-def _build(archive: Archive, hits: list[SearchHit], terms: list[str], max_tokens: int) -> RecallContext:
+def _build(archive: Searchable, hits: list[SearchHit], terms: list[str], max_tokens: int) -> RecallContext:
     sections: list[str] = []
     items: list[ContextItem] = []
     remaining = max_tokens
@@ -196,7 +203,7 @@ def _build(archive: Archive, hits: list[SearchHit], terms: list[str], max_tokens
     return RecallContext(text, len(items), used, tuple(items), len(hits), dropped, cut)
 
 
-def recall_context(archive: Archive, query: str, *, max_items: int = 8, max_tokens: int = 1500) -> RecallContext:
+def recall_context(archive: Searchable, query: str, *, max_items: int = 8, max_tokens: int = 1500) -> RecallContext:
     """Ranked FTS5 search of ``archive`` bounded by ``max_items`` and ``max_tokens``; read-only."""
     query, max_items, max_tokens = validate(query, max_items, max_tokens)
     terms = query_terms(query)
