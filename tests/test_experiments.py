@@ -25,7 +25,7 @@ from contextkit.experiments import (
     sliding_window,
     summarize,
 )
-from contextkit.experiments.progress import StderrProgress, WidgetProgress
+from contextkit.experiments.progress import make_progress
 
 TURNS = 4
 SEEDS = (0, 1)
@@ -150,34 +150,23 @@ def test_sweep_on_a_dask_cluster_of_worker_processes(local_sweep: pl.DataFrame) 
 
 
 def test_crashed_runs_become_rows_and_progress_is_reported() -> None:
-    class Recorder:
-        def __init__(self) -> None:
-            self.updates: list[tuple[int, str]] = []
-            self.closed = False
+    from tqdm import tqdm
 
-        def update(self, done: int, note: str = "") -> None:
-            self.updates.append((done, note))
-
-        def close(self) -> None:
-            self.closed = True
-
-    recorder = Recorder()
+    stream = io.StringIO()
+    bar = tqdm(total=2, file=stream, desc="sweep", mininterval=0)  # your own tqdm bar is used as given
     broken = GatewaySpec("broken", reject_with="no-such-mode")  # the simulator refuses it: the run raises
     with cf.ThreadPoolExecutor(2) as pool:
-        df = run_sweep(["none"], [broken], [0, 1], 2, executor=pool, progress=recorder)
+        df = run_sweep(["none"], [broken], [0, 1], 2, executor=pool, progress=bar)
     assert df["completed"].to_list() == [False, False]
     assert all(e.startswith("crashed: ConfigError") for e in df["error"].to_list())
-    assert sorted(done for done, _ in recorder.updates) == [1, 2] and recorder.closed
-    widget = WidgetProgress(3)  # the notebook bar, driven headless
-    widget.update(2, "none.s1")
-    assert (widget.bar.value, widget.bar.max) == (2, 3) and widget.text.value.startswith("2/3 runs")
-    widget.close()
-    assert widget.bar.bar_style == "success"
-    stream = io.StringIO()
-    bar = StderrProgress(4, stream=stream)
-    bar.update(2, "none.s1")
-    bar.close()
-    assert "2/4 runs" in stream.getvalue() and "#" * 12 in stream.getvalue()
+    assert bar.n == 2 and "2/2" in stream.getvalue() and "none.broken.s" in stream.getvalue()
+    # True: tqdm.auto picks the notebook widget in Jupyter and a stderr line elsewhere; False: silent
+    import tqdm.auto
+
+    auto = make_progress(3, True)
+    assert isinstance(auto, tqdm.auto.tqdm) and auto.total == 3
+    auto.close()
+    assert make_progress(3, False).disable is True
 
 
 def test_results_round_trip_through_parquet(local_sweep: pl.DataFrame, tmp_path: Path) -> None:

@@ -11,6 +11,10 @@ altair. Typical use::
 
 from __future__ import annotations
 
+from contextkit._extras import require
+
+require("contextkit.analysis", "polars", "altair", "vl_convert")
+
 from contextkit.analysis.charts import (
     LEVEL_OUTCOMES_SCHEMA,
     history_vs_cap_chart,

@@ -10,6 +10,10 @@ any ``concurrent.futures.Executor``, including a dask.distributed client's execu
 
 from __future__ import annotations
 
+from contextkit._extras import require
+
+require("contextkit.experiments", "polars")  # results are polars frames
+
 from contextkit.experiments.runner import (
     RESULTS_COLUMNS,
     RunSpec,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from contextkit.experiments.progress import Progress, make_progress
+from contextkit.experiments.progress import make_progress
 from contextkit.experiments.strategies import BASELINES, STRATEGIES, run_strategy
 from contextkit.experiments.workload import GatewaySpec, Workload
 
@@ -232,14 +232,14 @@ def run_sweep(
     turns: int,
     *,
     executor: cf.Executor | None = None,
-    progress: bool | Progress = True,
+    progress: bool | Any = True,
     events: list[dict[str, Any]] | None = None,
 ) -> pl.DataFrame:
     """Run every (strategy, gateway, seed) combination; a polars frame with ``RESULTS_COLUMNS``.
 
     ``executor``: any ``concurrent.futures.Executor`` (default: a local process pool, shut down
-    afterwards; a passed executor is left running). ``progress``: a bar (widget in Jupyter, else
-    stderr), ``False`` for none, or your own object with ``update(done, note)``/``close()``.
+    afterwards; a passed executor is left running). ``progress``: a ``tqdm.auto`` bar (tqdm's notebook
+    widget in Jupyter, else stderr), ``False`` for none, or your own tqdm bar.
     ``events``: pass a list to receive every run's event dicts (``session_id`` = ``run_id``).
     Rows are in sweep order (gateway, seed, strategy) whatever order the runs finish in.
     """
@@ -263,7 +263,8 @@ def run_sweep(
                 ) from exc
             except Exception as exc:  # noqa: BLE001 - one crashed run must not lose the whole sweep
                 rows[i] = crash_row(specs[i], exc)
-            bar.update(len(rows), specs[i].run_id)
+            bar.set_postfix_str(specs[i].run_id, refresh=False)
+            bar.update(1)
     finally:
         bar.close()
         if owned:

@@ -49,12 +49,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'contextkit.widgets' has no attribute {name!r}")
     import importlib
 
-    try:
-        return getattr(importlib.import_module(module), name)
-    except ModuleNotFoundError as exc:
-        if exc.name in ("ipywidgets", "traitlets"):
-            raise ImportError(
-                f"contextkit.widgets.{name} needs ipywidgets: pip install 'ipywidgets>=8' "
-                "(session_html/archive_html work without it)"
-            ) from exc
-        raise
+    from contextkit._extras import require
+
+    require(f"contextkit.widgets.{name}", "ipywidgets", "traitlets", "anywidget", "altair", "vl_convert")
+    return getattr(importlib.import_module(module), name)

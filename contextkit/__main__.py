@@ -1,0 +1,8 @@
+"""``python -m contextkit``: the same command line as the ``contextkit`` script."""
+
+import sys
+
+from contextkit.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
