@@ -94,10 +94,10 @@ def test_gauge_colour_follows_pressure_and_labels_show_sizes() -> None:
     assert (gauge.request_bytes, gauge.tokens, gauge.messages) == (50_000, 8_000, 6)
     assert gauge.bytes_ratio == pytest.approx(0.5) and gauge.tokens_ratio == pytest.approx(0.25)
     assert (gauge.state, gauge.colour) == ("green", COLOURS["green"])
-    assert "48.8 KB" in gauge.bytes_bar.value and "97.7 KB configured cap" in gauge.bytes_bar.value
+    assert "48.8 KB" in gauge.bytes_bar.value and "97.7 KB configured payload cap" in gauge.bytes_bar.value
     assert "width:50.0%" in gauge.bytes_bar.value and "ck-preflight" in gauge.bytes_bar.value
     assert "left:85.0%" in gauge.bytes_bar.value
-    assert "8,000" in gauge.tokens_bar.value and "32,000 window" in gauge.tokens_bar.value
+    assert "8,000" in gauge.tokens_bar.value and "32,000-token window" in gauge.tokens_bar.value
 
     s.events.append(history_event(72_000, tokens=8_000))
     assert (gauge.state, gauge.colour) == ("amber", COLOURS["amber"])
@@ -128,7 +128,7 @@ def test_gauge_shows_learned_cap_and_how_it_was_learned() -> None:
     gauge = HistoryGauge(s)
     s.events.append(history_event(90_000, cap=None))
     assert gauge.cap_bytes is None and gauge.state == "green"
-    assert "no payload cap" in gauge.bytes_bar.value and "ck-preflight" not in gauge.bytes_bar.value
+    assert "no payload cap known" in gauge.bytes_bar.value and "ck-preflight" not in gauge.bytes_bar.value
 
     s.events.append(NoticeEvent(code="learned_cap", text="gateway rejected 120 KB; learned cap 96 KB", level="warning"))
     s.events.append(CapEvent(cap_bytes=98_304, rejected_bytes=122_880, source="learned"))
@@ -138,7 +138,7 @@ def test_gauge_shows_learned_cap_and_how_it_was_learned() -> None:
     assert "gateway rejected 120 KB" in gauge.info.value
     assert gauge.state == "red"  # 90 KB of a 96 KB cap
     s.events.append(history_event(30_000, cap=98_304))
-    assert gauge.state == "green" and "96.0 KB learned cap" in gauge.bytes_bar.value
+    assert gauge.state == "green" and "96.0 KB learned payload cap" in gauge.bytes_bar.value
 
 
 def test_gauge_replays_past_events_and_ignores_stale_sizes() -> None:

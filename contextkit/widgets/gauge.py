@@ -1,11 +1,14 @@
-"""``HistoryGauge``: request bytes vs the payload cap and tokens vs the context window (S8.1).
+"""``HistoryGauge``: the dashboard's compact header (S8.1).
+
+Next request's bytes against the payload cap and tokens against the context window (two thin bars
+side by side), the pressure, the learned cap, the cached share of the last request's prompt, and
+— while a turn streams — a live token count of the answer so far.
 
 A thin view: its state comes from ``HistoryEvent`` (sizes of the next request, cap, window),
-``CapEvent`` (how the cap was set or learned), ``NoticeEvent`` (the last warning) and
-``RequestEvent`` (the share of prompt tokens the provider served from its prompt cache, and the
-requests that broke it). Colour
-follows the pressure, the larger of the two ratios: green below 70%, amber below the pre-flight
-ratio (85%), red from it on.
+``CapEvent`` (how the cap was set or learned), ``NoticeEvent`` (the last warning), ``RequestEvent``
+(``cached_prompt_tokens``/``append_only``, read with defaults) and stream events (``type ==
+"stream"``: ``kind``, ``tokens_so_far``). Colour follows the pressure, the larger of the two
+ratios: green below 70%, amber below the pre-flight ratio (85%), red from it on.
 """
 
 from __future__ import annotations
@@ -19,6 +22,19 @@ from contextkit.events import CapEvent, Event, HistoryEvent, NoticeEvent, Reques
 from contextkit.sizing import format_size
 from contextkit.widgets._view import EventFeed, FeedView, call_quietly, events_of
 from contextkit.widgets.html import AMBER_AT, COLOURS, RED_AT, bar_html, esc, pressure_state, ratio
+
+
+BYTES_HELP = (
+    "Size of the next request body in bytes: what proxies and gateways limit. The dashed line is the "
+    "pre-flight point where the session compacts before sending."
+)
+TOKENS_HELP = "Tokens of the next request: what the model's context window limits."
+PRESSURE_HELP = "The fuller of the two bars. Green below 70%; amber below the pre-flight point; red from it."
+CACHE_HELP = (
+    "How much of the last request's prompt the provider read from its prompt cache (cheaper and faster). "
+    "The cache is lost when the start of the history changes, e.g. after a compaction."
+)
+CAP_HELP = "The largest request body the gateway accepts, as far as this session knows."
 
 
 class HistoryGauge(FeedView, W.VBox):
@@ -37,19 +53,20 @@ class HistoryGauge(FeedView, W.VBox):
     cap_source = T.Unicode(None, allow_none=True, help="configured | learned | assumed")
     cap_detail = T.Unicode("", help="how the current cap was learned")
     notice = T.Unicode("", help="text of the last warning notice")
-    prompt_tokens = T.Int(0, help="prompt tokens billed so far")
-    cached_tokens = T.Int(0, help="of which the provider read from its prompt cache")
-    cache_breaks = T.Int(0, help="requests whose previous request was not a prefix")
+    streaming = T.Bool(False, help="a streamed answer is arriving right now")
+    answer_tokens = T.Int(0, help="tokens of the answer streamed so far (or of the last streamed answer)")
+    cached_share = T.Float(None, allow_none=True, help="share of the last request's prompt read from the cache")
+    cache_broken = T.Bool(False, help="the last request did not start like the one before (prompt cache lost)")
 
     def __init__(self, session: Any, **kwargs: Any) -> None:
         events = events_of(session, panel="HistoryGauge")
         limits = getattr(session, "limits", None)
         self.red_at = float(getattr(limits, "preflight_ratio", RED_AT) or RED_AT)
-        self.title = W.HTML(value="<b>History</b>")
-        self.bytes_bar = W.HTML()
-        self.tokens_bar = W.HTML()
+        self.bytes_bar = W.HTML(layout=W.Layout(flex="1 1 300px", margin="0 16px 0 0"))
+        self.tokens_bar = W.HTML(layout=W.Layout(flex="1 1 300px"))
         self.info = W.HTML()
-        super().__init__(children=[self.title, self.bytes_bar, self.tokens_bar, self.info], **kwargs)
+        bars = W.HBox([self.bytes_bar, self.tokens_bar], layout=W.Layout(flex_flow="row wrap"))
+        super().__init__(children=[bars, self.info], **kwargs)
         self.add_class("ck-gauge")
         self.layout.min_width = "320px"
         self._history_seq = -1
@@ -92,9 +109,23 @@ class HistoryGauge(FeedView, W.VBox):
             if event.level in ("warning", "error") or event.code in ("preflight", "learned_cap", "assumed_cap"):
                 self.notice = event.text
         elif isinstance(event, RequestEvent):
-            self.prompt_tokens += event.prompt_tokens
-            self.cached_tokens += getattr(event, "cached_prompt_tokens", 0)
-            self.cache_breaks += getattr(event, "append_only", None) is False
+            if event.purpose == "summary":
+                return
+            cached = int(getattr(event, "cached_prompt_tokens", 0) or 0)
+            prompt = event.prompt_tokens or event.tokens
+            reported = cached or getattr(event, "append_only", None) is not None
+            self.cached_share = (cached / prompt if prompt else 0.0) if reported and event.outcome == "ok" else None
+            self.cache_broken = getattr(event, "append_only", None) is False
+        elif getattr(event, "type", "") == "stream":  # StreamEvent (events.StreamEvent when present)
+            kind = str(getattr(event, "kind", ""))
+            if kind in ("delta", "tool_round", "continuation", "retry"):
+                self.streaming = True
+                self.answer_tokens = int(getattr(event, "tokens_so_far", 0) or 0)
+            elif kind == "voided":
+                self.answer_tokens = 0
+            elif kind in ("done", "cancelled"):
+                self.streaming = False
+                self.answer_tokens = int(getattr(event, "tokens_so_far", 0) or self.answer_tokens)
         else:
             return
         if not self._feed.replaying:
@@ -111,43 +142,51 @@ class HistoryGauge(FeedView, W.VBox):
 
         if self.cap_bytes:
             label = (
-                f"request <b class='ck-bytes'>{esc(format_size(self.request_bytes))}</b> of "
-                f"{esc(format_size(self.cap_bytes))} {esc(self.cap_source or 'configured')} cap "
-                f"(<span class='ck-bytes-pct'>{self.bytes_ratio:.0%}</span>)"
+                f"<span title='{esc(BYTES_HELP)}'>next request <b class='ck-bytes'>{esc(format_size(self.request_bytes))}"
+                f"</b> of the {esc(format_size(self.cap_bytes))} {esc(self.cap_source or 'configured')} payload cap "
+                f"(<span class='ck-bytes-pct'>{self.bytes_ratio:.0%}</span>)</span>"
             )
             bar = bar_html(self.bytes_ratio, colour=COLOURS[_state_of(self.bytes_ratio, self.red_at)], marks=preflight)
         else:
             label = (
-                f"request <b class='ck-bytes'>{esc(format_size(self.request_bytes))}</b> "
-                "(no payload cap configured or learned)"
+                f"<span title='{esc(BYTES_HELP)}'>next request <b class='ck-bytes'>"
+                f"{esc(format_size(self.request_bytes))}</b> (no payload cap known yet)</span>"
             )
             bar = bar_html(None, colour=COLOURS["none"])
         self.bytes_bar.value = f"<div class='ck-bytes-row'>{label}{bar}</div>"
 
         if self.context_window:
             label = (
-                f"tokens <b class='ck-tokens'>{self.tokens:,}</b> of {self.context_window:,} window "
-                f"(<span class='ck-tokens-pct'>{self.tokens_ratio:.0%}</span>)"
+                f"<span title='{esc(TOKENS_HELP)}'>tokens <b class='ck-tokens'>{self.tokens:,}</b> of the "
+                f"{self.context_window:,}-token window (<span class='ck-tokens-pct'>{self.tokens_ratio:.0%}</span>)</span>"
             )
             bar = bar_html(
                 self.tokens_ratio, colour=COLOURS[_state_of(self.tokens_ratio, self.red_at)], marks=preflight
             )
         else:
-            label = f"tokens <b class='ck-tokens'>{self.tokens:,}</b> (context window unknown)"
+            label = f"<span title='{esc(TOKENS_HELP)}'>tokens <b class='ck-tokens'>{self.tokens:,}</b> (window unknown)</span>"
             bar = bar_html(None, colour=COLOURS["none"])
         self.tokens_bar.value = f"<div class='ck-tokens-row'>{label}{bar}</div>"
 
-        lines = [
-            f"<span class='ck-messages'>{self.messages} messages</span> · pressure "
-            f"<b class='ck-state' style='color:{self.colour}'>{self.pressure:.0%} {self.state}</b>"
+        parts = [
+            f"<span class='ck-messages' title='Messages in the history the next request will carry'>{self.messages} "
+            f"messages</span>",
+            f"<span title='{esc(PRESSURE_HELP)}'>how full <b class='ck-state' style='color:{self.colour}'>"
+            f"{self.pressure:.0%} {self.state}</b></span>",
         ]
-        if self.prompt_tokens:
-            lines.append(
-                f"<span class='ck-cache'>cached <b>{self.cached_tokens / self.prompt_tokens:.0%}</b> of "
-                f"{self.prompt_tokens:,} prompt tokens · {self.cache_breaks} cache breaks</span>"
+        if self.cached_share is not None or self.cache_broken:
+            text = "cache lost" if self.cache_broken else f"{self.cached_share or 0:.0%} of the last prompt from cache"
+            parts.append(f"<span class='ck-cache' title='{esc(CACHE_HELP)}'>{esc(text)}</span>")
+        if self.streaming or self.answer_tokens:
+            what = "answer so far" if self.streaming else "last streamed answer"
+            dot = "<span style='color:#f9a825'>●</span> " if self.streaming else ""
+            parts.append(
+                f"<span class='ck-streaming' title='Tokens of the answer while it streams in'>{dot}{what}: "
+                f"<b class='ck-answer-tokens'>{self.answer_tokens:,}</b> tokens</span>"
             )
+        lines = [" · ".join(parts)]
         if self.cap_source == "learned" or self.cap_detail:
-            lines.append(f"<span class='ck-cap'>cap: {esc(self.cap_detail or self.cap_source)}</span>")
+            lines.append(f"<span class='ck-cap' title='{esc(CAP_HELP)}'>cap: {esc(self.cap_detail or self.cap_source)}</span>")
         if self.notice:
             lines.append(f"<span class='ck-notice' style='color:#8d6e00'>last notice: {esc(self.notice)}</span>")
         self.info.value = "<div style='font-size:12px;line-height:1.6'>" + "<br>".join(lines) + "</div>"
