@@ -160,100 +160,74 @@ def test_gauge_honours_a_custom_preflight_ratio() -> None:
 
 
 # -- timeline -------------------------------------------------------------------------------------
-def test_timeline_running_row_is_replaced_by_its_result() -> None:
+def test_timeline_groups_a_compaction_into_one_row_whose_running_phase_is_replaced() -> None:
     s = StandIn()
     timeline = PhaseTimeline(s)
     assert timeline.rows == [] and timeline.running == "" and "no compaction or recovery yet" in timeline.table.value
+    s.events.append(CompactionEvent(trigger="auto", phase="start", outcome="running", bytes_before=90_000))
     s.events.append(
         CompactionEvent(
-            trigger="auto",
-            phase="microcompact",
-            level=1,
-            outcome="applied",
-            bytes_before=90_000,
-            bytes_after=60_000,
-            messages_before=30,
-            messages_after=30,
-            detail="3 truncated, 2 summarized",
+            trigger="auto", phase="microcompact", level=1, outcome="applied", bytes_before=90_000, bytes_after=60_000,
+            status="microcompact: 3 truncated",
         )
-    )
+    )  # fmt: skip
     s.events.append(
         CompactionEvent(
-            trigger="auto",
-            phase="summarize",
-            level=2,
-            outcome="running",
-            bytes_before=60_000,
-            messages_before=30,
+            trigger="auto", phase="summarize", level=2, outcome="running", bytes_before=60_000,
             status="Summarizing 22 messages…",
         )
-    )
-    assert len(timeline.rows) == 2 and timeline.rows[1]["outcome"] == "running"
-    assert timeline.running == "summarize (L2): Summarizing 22 messages…"
+    )  # fmt: skip
+    assert len(timeline.rows) == 1 and timeline.rows[0]["outcome"] == "running"
+    assert [st["outcome"] for st in timeline.rows[0]["steps"]] == ["applied", "running"]
+    assert timeline.running == "summarized old messages (level 2): Summarizing 22 messages…"
     assert "ck-running-line" in timeline.status.value and "Summarizing 22 messages" in timeline.status.value
-    assert 'class="ck-row ck-running"' in timeline.table.value and "58.6 KB → …" in timeline.table.value
+    # the running row is open and says in plain words what is happening
+    assert "class='ck-episode ck-compaction ck-running' open" in timeline.table.value
+    assert "now: summarized old messages" in timeline.table.value
 
     s.events.append(
         CompactionEvent(
-            trigger="auto",
-            phase="summarize",
-            level=2,
-            outcome="applied",
-            bytes_before=60_000,
-            bytes_after=12_000,
-            messages_before=30,
-            messages_after=9,
-            summarizer_prompt_tokens=1200,
-            summarizer_completion_tokens=300,
-            summarizer_cost=0.0042,
-            identifier_retention=0.9,
-            detail="summary accepted",
+            trigger="auto", phase="summarize", level=2, outcome="applied", bytes_before=60_000, bytes_after=12_000,
+            summarizer_prompt_tokens=1200, summarizer_completion_tokens=300, summarizer_cost=0.0042,
+            identifier_retention=0.9, status="Summary applied",
         )
+    )  # fmt: skip
+    s.events.append(CompactionEvent(trigger="auto", phase="done", outcome="applied", bytes_before=90_000, bytes_after=12_000))
+    assert len(timeline.rows) == 1 and timeline.running == ""
+    row = timeline.rows[0]
+    assert row["outcome"] == "applied" and [st["phase"] for st in row["steps"]] == ["microcompact", "summarize"]
+    assert row["summary"] == (
+        "Compaction before sending (the history was over its budget) · 87.9 KB → 11.7 KB (freed 76.2 KB) · "
+        "shortened old tool output, summarized old messages"
     )
-    assert len(timeline.rows) == 2 and timeline.running == ""
-    row = timeline.rows[1]
-    assert (row["n"], row["phase"], row["outcome"], row["size"], row["msgs"]) == (
-        2,
-        "summarize (L2)",
-        "applied",
-        "58.6 KB → 11.7 KB",
-        "30 → 9",
-    )
-    assert row["cost"] == "$0.0042 (1200+300 tok)" and "ids kept 90%" in row["detail"]
-    assert (
-        "ck-row ck-running" not in timeline.table.value and timeline.table.value.count('class="ck-row ck-applied"') == 2
-    )
-    assert "ck-idle-line" in timeline.status.value
+    assert "1,200 tokens read, 300 written, $0.0042 · kept 90% of paths/ids" in timeline.table.value
+    assert "ck-compaction ck-running" not in timeline.table.value and "ck-idle-line" in timeline.status.value
+    assert "1 compaction, 0 recoveries" in timeline.status.value
 
 
-def test_timeline_recovery_rows_show_kind_level_and_final_outcome() -> None:
+def test_timeline_groups_a_recovery_ladder_into_one_row() -> None:
     s = StandIn()
     timeline = PhaseTimeline(s)
     s.events.append(
         RecoveryEvent(
-            failure_kind="payload_too_large",
-            reason="403 from gateway",
-            level=1,
-            attempt=1,
-            bytes_before=130_000,
-            bytes_after=70_000,
-            messages_before=40,
-            messages_after=40,
-            outcome="retrying",
+            failure_kind="payload_too_large", reason="413", level=1, attempt=1, bytes_before=130_000,
+            bytes_after=70_000, outcome="retrying",
         )
+    )  # fmt: skip
+    assert timeline.rows[0]["outcome"] == "retrying" and "trying level 1" in timeline.rows[0]["summary"]
+    s.events.append(RecoveryEvent(failure_kind="payload_too_large", level=2, attempt=2, bytes_before=70_000, bytes_after=40_000))
+    s.events.append(RecoveryEvent(level=2, attempt=2, bytes_before=40_000, outcome="recovered", archived_keys=("a" * 16,)))
+    assert len(timeline.rows) == 1
+    row = timeline.rows[0]
+    assert row["outcome"] == "recovered" and [st["outcome"] for st in row["steps"]] == ["retrying", "retrying", "recovered"]
+    assert row["summary"] == (
+        "Recovery after the gateway refused the body as too large (413) · recovered at level 2: summarize old "
+        "messages · 2 steps"
     )
-    assert timeline.rows[0]["trigger"] == "payload_too_large: 403 from gateway"
-    assert timeline.rows[0]["phase"] == "level 1 · attempt 1" and timeline.rows[0]["outcome"] == "retrying"
-    # the session's final step carries only level/attempt and the size that got through
-    s.events.append(
-        RecoveryEvent(level=1, attempt=1, bytes_before=70_000, outcome="recovered", archived_keys=("a" * 16,))
-    )
-    assert len(timeline.rows) == 1 and timeline.rows[0]["outcome"] == "recovered"
-    assert timeline.rows[0]["failure_kind"] == "payload_too_large" and timeline.rows[0]["detail"] == "1 archived"
-    assert timeline.rows[0]["size"] == "127.0 KB → 68.4 KB" and timeline.rows[0]["trigger"].startswith("payload_too")
-    s.events.append(RecoveryEvent(failure_kind="context_overflow", level=2, attempt=2, outcome="failed"))
+    assert "1 pieces archived" in timeline.table.value
+    s.events.append(RecoveryEvent(failure_kind="context_overflow", level=3, attempt=3, outcome="failed"))
     assert [r["outcome"] for r in timeline.rows] == ["recovered", "failed"]
-    assert 'class="ck-row ck-failed"' in timeline.table.value
+    assert "ck-episode ck-recovery ck-failed" in timeline.table.value
 
 
 def test_timeline_done_closes_the_run_and_rows_are_bounded() -> None:
@@ -262,22 +236,15 @@ def test_timeline_done_closes_the_run_and_rows_are_bounded() -> None:
     rows = timeline_rows(rows, CompactionEvent(phase="summarize", level=2, outcome="running"))
     before = rows
     rows = timeline_rows(rows, CompactionEvent(phase="done", outcome="cancelled", bytes_before=5000, bytes_after=5000))
-    assert len(before) == 2 and before[0]["outcome"] == "running"  # the reducer never mutates its input
-    assert [(r["phase_name"], r["outcome"]) for r in rows] == [("done", "cancelled"), ("summarize", "cancelled")]
+    assert before[0]["outcome"] == "running" and before[0]["steps"][0]["outcome"] == "running"  # input unchanged
+    assert rows[0]["outcome"] == "cancelled" and rows[0]["steps"][0]["outcome"] == "ended"
     rows = timeline_rows(rows, CompactionEvent(phase="start", outcome="running", bytes_before=5000))
-    rows = timeline_rows(rows, CompactionEvent(phase="truncate", level=3, outcome="running", bytes_before=5000))
-    rows = timeline_rows(rows, CompactionEvent(phase="shrink", level=3, outcome="applied", bytes_after=4000))
-    rows = timeline_rows(rows, CompactionEvent(phase="done", outcome="applied", bytes_before=5000, bytes_after=4000))
-    assert [(r["phase_name"], r["outcome"]) for r in rows[2:]] == [
-        ("done", "applied"),
-        ("truncate", "ended"),  # reported no result of its own: not claimed as applied
-        ("shrink", "applied"),
-    ]
-    assert rows[3]["size"] == "4.9 KB → ?"
+    rows = timeline_rows(rows, CompactionEvent(phase="start", outcome="running", bytes_before=4000))
+    assert [r["outcome"] for r in rows] == ["cancelled", "ended", "running"]  # a start without its done
     assert timeline_rows(rows, RequestEvent()) is rows
     for i in range(10):
-        rows = timeline_rows(rows, CompactionEvent(phase="trim", outcome="skipped", turn=i), max_rows=5)
-    assert len(rows) == 5 and rows[-1]["n"] == 15 and rows[0]["turn"] == 5
+        rows = timeline_rows(rows, CompactionEvent(phase="start", outcome="running", turn=i), max_rows=5)
+    assert len(rows) == 5 and rows[-1]["n"] == 13
 
 
 # -- archive browser ------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
-"""``PhaseTimeline``: compaction phases and recovery attempts as they happen (S8.2, S4.12).
+"""``PhaseTimeline``: compactions and recoveries as they happen, one expandable row each (S8.2, S4.12).
 
-One row per ``CompactionEvent`` phase and per ``RecoveryEvent`` step. A phase first arrives with
-``outcome="running"`` (a long summary can take minutes): its row is shown as running, and the
-result event for the same phase replaces it in place. A recovery step that is retried and then
-recovers (or fails) updates its own row the same way.
+A compaction runs several phases (trim, microcompact, summarize, truncate, …) between its
+``start`` and ``done`` events; a recovery climbs several levels between a refused request and
+``recovered``/``failed``. Each becomes **one row** saying in plain words what happened and what it
+freed; the row expands (``<details>``) to its phases or steps. A phase first arrives as
+``running`` (a long summary can take minutes): the row shows it live, and its result replaces it.
 
 ``timeline_rows(rows, event)`` is the pure reducer; the widget only renders its output.
 """
@@ -18,176 +19,189 @@ import traitlets as T
 from contextkit.events import CompactionEvent, Event, RecoveryEvent
 from contextkit.sizing import format_size
 from contextkit.widgets._view import EventFeed, FeedView, events_of
-from contextkit.widgets.html import esc, table_html
+from contextkit.widgets.html import esc
+from contextkit.widgets.labels import TRIGGERS, failure_label, level_label, phase_help, phase_label
 
 Row = dict[str, Any]
-
-COLUMNS = (
-    ("n", "#"),
-    ("what", "what"),
-    ("trigger", "trigger / failure"),
-    ("phase", "phase / level"),
-    ("size", "bytes before → after"),
-    ("msgs", "messages"),
-    ("outcome", "outcome"),
-    ("cost", "summarizer"),
-    ("detail", "detail"),
-)
-_STYLE = (
-    "<style>.ck-timeline tr.ck-running td{background:#fff8e1;font-weight:600}"
-    ".ck-timeline tr.ck-applied td,.ck-timeline tr.ck-recovered td{background:#e8f5e9}"
-    ".ck-timeline tr.ck-failed td,.ck-timeline tr.ck-rejected td,.ck-timeline tr.ck-floor td{background:#ffebee}"
-    ".ck-timeline tr.ck-retrying td{background:#e3f2fd}"
-    ".ck-timeline tr.ck-skipped td,.ck-timeline tr.ck-ended td{color:#8a8a8a}"
-    ".ck-timeline td:nth-child(5),.ck-timeline td:nth-child(6){white-space:nowrap}</style>"
-)
 FINAL_RECOVERY = ("recovered", "failed", "floor")
+_AGGREGATE = ("start", "done")
+_STYLE = (
+    "<style>.ck-episode{border-bottom:1px solid #e0e0e0;padding:3px 4px;font-size:12px}"
+    ".ck-episode summary{cursor:pointer}.ck-episode.ck-running{background:#fff8e1;font-weight:600}"
+    ".ck-episode.ck-applied,.ck-episode.ck-recovered{background:#f1f8e9}"
+    ".ck-episode.ck-failed,.ck-episode.ck-floor,.ck-episode.ck-rejected{background:#ffebee}"
+    ".ck-episode.ck-skipped,.ck-episode.ck-cancelled{color:#757575}"
+    ".ck-steps td{padding:1px 8px;border-bottom:1px solid #eee;font-size:11px;vertical-align:top}"
+    ".ck-step.ck-skipped td{color:#9e9e9e}.ck-step.ck-running td{background:#fff8e1}</style>"
+)
 _DOT = "<span style='display:inline-block;width:9px;height:9px;border-radius:50%;background:#f9a825'></span>"
 
 
 def _sizes(before: int, after: int, running: bool) -> str:
-    if running or (before and not after):
+    if running or not after:
         return f"{format_size(before)} → …"
     return f"{format_size(before)} → {format_size(after)}"
 
 
-def compaction_row(event: CompactionEvent) -> Row:
-    running = event.outcome == "running"
+def _phase_step(event: CompactionEvent) -> Row:
     cost = ""
     if event.summarizer_prompt_tokens or event.summarizer_completion_tokens or event.summarizer_cost:
         cost = (
-            f"${event.summarizer_cost:.4f} ({event.summarizer_prompt_tokens}+{event.summarizer_completion_tokens} tok)"
+            f"summary call: {event.summarizer_prompt_tokens:,} tokens read, {event.summarizer_completion_tokens:,} "
+            f"written, ${event.summarizer_cost:.4f}"
         )
-    detail = event.status
-    if not running and event.detail and event.detail not in detail:
-        detail = f"{detail} ({event.detail})" if detail else event.detail
     if event.identifier_retention is not None:
-        detail = f"{detail} · ids kept {event.identifier_retention:.0%}".strip(" ·")
+        cost = f"{cost} · kept {event.identifier_retention:.0%} of paths/ids".strip(" ·")
     return {
         "seq": event.seq,
-        "turn": event.turn,
-        "what": "compaction",
-        "trigger": event.trigger,
-        "phase": event.phase + (f" (L{event.level})" if event.level else ""),
-        "phase_name": event.phase,
+        "phase": event.phase,
+        "what": phase_label(event.phase) + (f" (level {event.level})" if event.level else ""),
+        "help": phase_help(event.phase),
+        "outcome": event.outcome,
         "level": event.level,
-        "size": _sizes(event.bytes_before, event.bytes_after, running),
+        "size": _sizes(event.bytes_before, event.bytes_after, event.outcome == "running"),
         "bytes_before": event.bytes_before,
         "bytes_after": event.bytes_after,
-        "msgs": f"{event.messages_before} → {'…' if running else event.messages_after}",
-        "outcome": event.outcome,
-        "failure_kind": "",
-        "cost": cost,
-        "summarizer_cost": event.summarizer_cost,
-        "detail": detail,
+        "status": event.status,
+        "extra": cost,
     }
 
 
-def recovery_row(event: RecoveryEvent) -> Row:
+def _recovery_step(event: RecoveryEvent) -> Row:
     return {
         "seq": event.seq,
-        "turn": event.turn,
-        "what": "recovery",
-        "trigger": event.failure_kind + (f": {event.reason}" if event.reason else ""),
-        "phase": f"level {event.level} · attempt {event.attempt}",
-        "phase_name": "",
+        "phase": f"level {event.level}",
+        "what": level_label(event.level) + f" (attempt {event.attempt})",
+        "help": "",
+        "outcome": event.outcome,
         "level": event.level,
-        "attempt": event.attempt,
         "size": _sizes(event.bytes_before, event.bytes_after, False),
         "bytes_before": event.bytes_before,
         "bytes_after": event.bytes_after,
-        "msgs": f"{event.messages_before} → {event.messages_after}",
-        "outcome": event.outcome,
-        "failure_kind": event.failure_kind,
-        "cost": "",
-        "summarizer_cost": 0.0,
-        "detail": f"{len(event.archived_keys)} archived" if event.archived_keys else "",
+        "status": failure_label(event.failure_kind) if event.failure_kind else "",
+        "extra": f"{len(event.archived_keys)} pieces archived" if event.archived_keys else "",
     }
 
 
-def _merge_recovery(retrying: Row, final: Row, event: RecoveryEvent) -> Row:
-    """The final step of a retried level keeps what the retrying step knew (kind, sizes)."""
-    merged = dict(retrying, outcome=final["outcome"], seq=final["seq"])
-    if event.failure_kind:
-        merged.update(trigger=final["trigger"], failure_kind=final["failure_kind"])
-    if event.bytes_after:
-        merged.update(size=final["size"], bytes_after=final["bytes_after"], msgs=final["msgs"])
-    if final["detail"]:
-        merged["detail"] = final["detail"]
-    return merged
-
-
-def _find(rows: list[Row], match: Any) -> int | None:
+def _open(rows: list[Row], kind: str) -> int | None:
     for index in range(len(rows) - 1, -1, -1):
-        if match(rows[index]):
+        if rows[index]["kind"] == kind and rows[index]["open"]:
             return index
     return None
+
+
+def _summary(row: Row) -> str:
+    """The one-line, plain-language description of an episode."""
+    if row["kind"] == "compaction":
+        applied = [s for s in row["steps"] if s["outcome"] == "applied" and s["phase"] not in _AGGREGATE]
+        done = ", ".join(dict.fromkeys(phase_label(s["phase"]) for s in applied)) or "nothing to remove"
+        before, after = row["bytes_before"], row["bytes_after"]
+        freed = f" (freed {format_size(before - after)})" if after and before > after else ""
+        if row["outcome"] == "running":
+            live = next((s for s in reversed(row["steps"]) if s["outcome"] == "running"), None)
+            doing = f" · now: {live['what']}" if live else ""
+            return f"Compaction {TRIGGERS.get(row['trigger'], row['trigger'])} · {format_size(before)} → …{doing}"
+        return (
+            f"Compaction {TRIGGERS.get(row['trigger'], row['trigger'])} · {_sizes(before, after, False)}{freed} · {done}"
+        )
+    last = row["steps"][-1] if row["steps"] else None
+    tried = sum(1 for s in row["steps"] if s["outcome"] == "retrying")
+    how = {
+        "recovered": f"recovered at {level_label(last['level']) if last else '?'}",
+        "failed": "every level tried, the request still failed",
+        "floor": "cannot fit: the newest message alone is too big",
+    }.get(row["outcome"], f"trying {level_label(last['level']) if last else ''}")
+    return f"Recovery after {failure_label(row['failure_kind'])} · {how} · {tried} step{'s' if tried != 1 else ''}"
 
 
 def timeline_rows(rows: list[Row], event: Event, *, max_rows: int = 200) -> list[Row]:
     """Rows after ``event``: a new list (the input is not changed); unrelated events return ``rows``."""
     if isinstance(event, CompactionEvent):
-        row = compaction_row(event)
-        if event.outcome == "running":
-            # a status update of a phase already running ("Summarizing… 30 s") refreshes its row
-            index = _find(
-                rows,
-                lambda r: (
-                    r["what"] == "compaction"
-                    and r["outcome"] == "running"
-                    and r["phase_name"] == event.phase
-                    and r["trigger"] == event.trigger
-                ),
-            )
-        else:
-            opened = "start" if event.phase == "done" else event.phase
-            index = _find(
-                rows,
-                lambda r: (
-                    r["what"] == "compaction" and r["outcome"] == "running" and r["phase_name"] in (event.phase, opened)
-                ),
-            )
+        kind, step = "compaction", _phase_step(event)
     elif isinstance(event, RecoveryEvent):
-        row = recovery_row(event)
-        index = None
-        if event.outcome in FINAL_RECOVERY:
-            index = _find(
-                rows,
-                lambda r: (
-                    r["what"] == "recovery"
-                    and r["outcome"] == "retrying"
-                    and r["level"] == event.level
-                    and r.get("attempt") == event.attempt
-                ),
-            )
-            if index is not None:
-                row = _merge_recovery(rows[index], row, event)
+        kind, step = "recovery", _recovery_step(event)
     else:
         return rows
     new = list(rows)
-    if index is None:
-        row["n"] = (rows[-1]["n"] + 1) if rows else 1
-        new.append(row)
+    index = _open(new, kind)
+    if index is None or (kind == "compaction" and event.phase == "start"):
+        if index is not None:  # a start without the previous done: close the old one
+            new[index] = dict(new[index], open=False, outcome="ended")
+        new.append(
+            {
+                "n": (rows[-1]["n"] + 1) if rows else 1,
+                "kind": kind,
+                "open": True,
+                "trigger": getattr(event, "trigger", "recovery"),
+                "failure_kind": getattr(event, "failure_kind", ""),
+                "outcome": "running" if kind == "compaction" else "retrying",
+                "bytes_before": event.bytes_before,
+                "bytes_after": 0,
+                "steps": [],
+                "seq": event.seq,
+            }
+        )
+        index = len(new) - 1
+    row = dict(new[index])
+    steps = list(row["steps"])
+    # a phase's result (or a retried level's final outcome) replaces its running row
+    same = next(
+        (
+            i
+            for i in range(len(steps) - 1, -1, -1)
+            if steps[i]["phase"] == step["phase"] and steps[i]["outcome"] in ("running", "retrying")
+            and (kind == "compaction" or step["outcome"] in FINAL_RECOVERY)
+        ),
+        None,
+    )  # fmt: skip
+    if same is not None and kind == "compaction":
+        steps[same] = step
+    elif kind == "compaction" and event.phase == "done":
+        steps = [dict(s, outcome="ended") if s["outcome"] == "running" else s for s in steps]
+    elif not (kind == "compaction" and event.phase == "start"):
+        steps.append(step)
+    row["steps"] = steps
+    if kind == "compaction":
+        if event.phase == "done":
+            row.update(open=False, outcome=event.outcome, bytes_after=event.bytes_after)
+        elif event.outcome != "running" and event.bytes_after:
+            row["bytes_after"] = event.bytes_after
     else:
-        row["n"] = rows[index]["n"]
-        new[index] = row
-    if isinstance(event, CompactionEvent) and event.phase == "done":
-        # a phase that never reported its own result ends with the run ("ended"), or shares
-        # the run's failure when the run failed or was cancelled
-        ended = event.outcome if event.outcome in ("failed", "cancelled", "rejected") else "ended"
-        new = [
-            dict(r, outcome=ended, size=r["size"].replace("→ …", "→ ?"), msgs=r["msgs"].replace("→ …", "→ ?"))
-            if r["outcome"] == "running" and r["what"] == "compaction"
-            else r
-            for r in new
-        ]
+        if event.failure_kind and not row["failure_kind"]:
+            row["failure_kind"] = event.failure_kind
+        row["outcome"] = event.outcome
+        if event.outcome in FINAL_RECOVERY:
+            row["open"] = False
+        if event.bytes_after:
+            row["bytes_after"] = event.bytes_after
+    row["summary"] = _summary(row)
+    new[index] = row
     return new[-max_rows:]
 
 
-class PhaseTimeline(FeedView, W.VBox):
-    """Live table of compaction phases and recovery attempts; ``rows`` and ``running`` for tests."""
+def _steps_table(row: Row) -> str:
+    body = []
+    for s in row["steps"]:
+        detail = " · ".join(p for p in (s["status"], s["extra"]) if p)
+        body.append(
+            f"<tr class='ck-step ck-{esc(s['outcome'])}' title='{esc(s['help'])}'><td>{esc(s['what'])}</td>"
+            f"<td>{esc(s['outcome'])}</td><td style='white-space:nowrap'>{esc(s['size'])}</td><td>{esc(detail)}</td></tr>"
+        )
+    return f"<table class='ck-steps'>{''.join(body)}</table>"
 
-    rows: T.List[Row] = T.List(help="one dict per phase / recovery step, oldest first")
+
+def episode_html(row: Row, *, expanded: bool = False) -> str:
+    is_open = " open" if expanded or row["outcome"] == "running" else ""
+    return (
+        f"<details class='ck-episode ck-{esc(row['kind'])} ck-{esc(row['outcome'])}'{is_open}>"
+        f"<summary><b>#{row['n']}</b> {esc(row.get('summary', ''))}</summary>{_steps_table(row)}</details>"
+    )
+
+
+class PhaseTimeline(FeedView, W.VBox):
+    """Live list of compactions and recoveries, one expandable row each; ``rows`` and ``running`` for tests."""
+
+    rows: T.List[Row] = T.List(help="one dict per compaction or recovery (with its steps), oldest first")
     running = T.Unicode("", help="the phase running right now, empty when idle")
 
     def __init__(self, session: Any, *, max_rows: int = 200, **kwargs: Any) -> None:
@@ -210,29 +224,24 @@ class PhaseTimeline(FeedView, W.VBox):
                 self._render()
 
     def _render(self) -> None:
-        live = [r for r in self.rows if r["outcome"] == "running"]
+        live = [s for r in self.rows if r["outcome"] == "running" for s in r["steps"] if s["outcome"] == "running"]
         if live:
-            r = live[-1]
-            self.running = f"{r['phase']}: {r['detail']}".rstrip(": ")
+            step = live[-1]
+            self.running = f"{step['what']}: {step['status']}".rstrip(": ")
             self.status.value = (
                 f"<div class='ck-running-line' style='color:#8d6e00;font-weight:600'>{_DOT} running "
                 f"{esc(self.running)}</div>"
             )
         else:
             self.running = ""
-            done = sum(r["what"] == "compaction" for r in self.rows)
-            rec = sum(r["what"] == "recovery" for r in self.rows)
+            done = sum(r["kind"] == "compaction" for r in self.rows)
+            rec = sum(r["kind"] == "recovery" for r in self.rows)
             self.status.value = (
-                f"<div class='ck-idle-line' style='font-size:12px'>idle · {done} compaction phase"
-                f"{'' if done == 1 else 's'}, {rec} recovery step{'' if rec == 1 else 's'}</div>"
+                f"<div class='ck-idle-line' style='font-size:12px'>idle · {done} compaction"
+                f"{'' if done == 1 else 's'}, {rec} recover{'y' if rec == 1 else 'ies'} · click a row for its steps</div>"
             )
         # newest first in a scroll box: the live end stays in view during a long run
-        table = table_html(
-            self.rows[::-1],
-            COLUMNS,
-            css="ck-timeline-table",
-            row_class="ck-row",
-            row_class_key="outcome",
-            empty="no compaction or recovery yet",
+        items = "".join(episode_html(r) for r in self.rows[::-1]) or (
+            "<div class='ck-empty' style='font-size:12px;color:#777'>no compaction or recovery yet</div>"
         )
-        self.table.value = f"{_STYLE}<div class='ck-scroll' style='max-height:360px;overflow-y:auto'>{table}</div>"
+        self.table.value = f"{_STYLE}<div class='ck-scroll ck-timeline-list' style='max-height:320px;overflow-y:auto'>{items}</div>"
