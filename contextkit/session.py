@@ -98,6 +98,13 @@ def stderr_status(text: str) -> None:
     print(f"[contextkit] {text}", file=sys.stderr, flush=True)
 
 
+def default_status() -> StatusSink:
+    """stderr in a terminal; in a Jupyter kernel the dashboard's log or one collapsible output per cell."""
+    from contextkit.widgets.status import NotebookStatus, in_jupyter_kernel
+
+    return NotebookStatus() if in_jupyter_kernel() else stderr_status
+
+
 class Session:
     """A long chat or agent conversation kept inside the window and the gateway's body cap.
 
@@ -166,7 +173,7 @@ class Session:
                 f"a tool named {shadowing[0]!r} would shadow the built-in recall tool (it expands <<ccr:KEY>> "
                 "markers from the archive); rename your tool, e.g. to 'recall_notes'"
             )
-        self._status: StatusSink | None = stderr_status if status is True else (status or None)  # type: ignore[assignment]
+        self._status: StatusSink | None = default_status() if status is True else (status or None)  # type: ignore[assignment]
         self._lock = threading.RLock()
         self._busy = False  # a turn or compaction is running (guards re-entry from tools or interleaved streams)
         self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
@@ -227,6 +234,11 @@ class Session:
         stats.summarizer_completion_tokens = cstats.summarizer_completion_tokens
         stats.summarizer_cost = cstats.summarizer_cost
         return stats
+
+    @property
+    def status_sink(self) -> StatusSink | None:
+        """Where status lines go (``status=`` of the constructor; None when silenced)."""
+        return self._status
 
     @property
     def context_window(self) -> int:

@@ -271,9 +271,8 @@ def test_archive_browser_lists_entries_shows_content_and_stub() -> None:
     first = browser.entries[0]
     assert (first["kind"], first["turn"]) == ("tool_result", 1) and "read_file src/config.py" in first["origin"]
     assert first["size"] == "1.5 KB" and first["bytes"] == 1530
-    assert browser.table.value.count('class="ck-row"') == 2 and "<span class='ck-archive-count'>2</span>" in (
-        browser.header.value
-    )
+    assert len(browser.entry_list.options) == 2 and "<span class='ck-archive-count'>2</span>" in browser.header.value
+    assert not hasattr(browser, "table")  # one list, not a table and a list of the same entries
     assert [v for _, v in browser.entry_list.options] == [key2, key1]  # newest first
 
     browser.entry_list.value = key1  # what a click in the list does
@@ -281,6 +280,10 @@ def test_archive_browser_lists_entries_shows_content_and_stub() -> None:
     assert browser.original is not None and browser.original.startswith("def parse_config(path):")
     assert "<pre class='ck-content'" in browser.content.value
     assert browser.stub_indices == [3] and "history[3] (user)" in browser.stub.value
+    # the stub the model saw, next to the original, as a small diff
+    assert browser.stub_text == f"[Old tool result cleared] {marker(key1)}"
+    assert "what the model saw" in browser.stub.value and "<div class='ck-add'>[Old tool result cleared]" in browser.stub.value
+    assert "more lines removed (archived)" in browser.stub.value and "<div class='ck-del'>def parse_config" in browser.stub.value
 
     # the stub moves when the history changes; the view follows on the HistoryEvent
     s.history = [Message.system("sys"), Message.user(f"summary {marker(key1)}")]
@@ -319,17 +322,17 @@ def test_archive_browser_lists_only_the_newest_rows() -> None:
     s, key1, key2 = _archived_session()
     browser = ArchiveBrowser(s, max_rows=1)
     assert len(browser.entries) == 2 and browser.visible_keys == [key2]
-    assert "newest 1 of 2 shown; search to find older entries" in browser.table.value
+    assert "newest 1 of 2 shown; search to find older entries" in browser.more.value
     browser.select(key1)  # not listed, still viewable (e.g. from code)
     assert browser.selected_key == key1 and browser.entry_list.value is None and browser.stub_indices == [3]
     browser.search_for("parse_config")
-    assert browser.visible_keys == [key1] and browser.entry_list.value == key1 and "newest" not in browser.table.value
+    assert browser.visible_keys == [key1] and browser.entry_list.value == key1 and "newest" not in browser.more.value
 
 
 def test_archive_browser_on_an_archive_alone_and_bad_input() -> None:
     archive = Archive.in_memory()
     browser = ArchiveBrowser(archive)
-    assert browser.entries == [] and "no archived content yet" in browser.table.value
+    assert browser.entries == [] and "no archived content yet" in browser.more.value
     key = archive.put("some long text " * 10, kind="message", origin="user", turn=0)
     assert key
     browser.refresh()
@@ -353,11 +356,15 @@ def test_dashboard_combines_panels_and_updates_stats() -> None:
     assert dash.stats.stats["requests"] == 0 and "ck-stats-table" in dash.stats.table.value
     s.stats.requests, s.stats.failures_by_kind = 3, {"payload_too_large": 1}
     s.events.append(RequestEvent(bytes=5000, outcome="ok"))
-    assert dash.stats.stats["requests"] == 3 and "payload_too_large=1" in dash.stats.table.value
+    assert dash.stats.stats["requests"] == 3
+    # plain words with a tooltip, not the counter's name
+    assert "requests refused, by reason" in dash.stats.table.value and "failures_by_kind" not in dash.stats.table.value.split("data-key=")[0]
+    assert "1 × the gateway refused the body as too large (413)" in dash.stats.table.value
+    assert "title='Requests the gateway or the provider refused" in dash.stats.table.value
     s.events.append(history_event(90_000))
     assert dash.gauge.state == "red" and len(dash.browser.entries) == 2
     subscribers = len(s.events._subscribers)
-    assert subscribers == 4
+    assert subscribers == 6  # header, chart, numbers, timeline, archive, status log
     dash.close()
     assert len(s.events._subscribers) == 0
     s.events.append(history_event(1_000))
@@ -373,8 +380,8 @@ def test_updates_from_background_threads_and_asyncio_tasks() -> None:
     assert gauge.request_bytes == 88_000 and gauge.state == "red" and gauge.messages == 12
 
     def burst(n: int) -> None:
-        for i in range(25):
-            s.events.append(CompactionEvent(phase="trim", outcome="applied", turn=n * 100 + i))
+        for i in range(25):  # a failed recovery closes its row at once: one row per event
+            s.events.append(RecoveryEvent(level=1, outcome="failed", turn=n * 100 + i, bytes_before=n * 100 + i))
             s.events.append(history_event(1_000 + n))
 
     threads = [threading.Thread(target=burst, args=(n,)) for n in range(4)]
@@ -383,7 +390,7 @@ def test_updates_from_background_threads_and_asyncio_tasks() -> None:
     for t in threads:
         t.join()
     assert len(timeline.rows) == 100 and [r["n"] for r in timeline.rows] == list(range(1, 101))
-    assert sorted(r["turn"] for r in timeline.rows) == sorted(n * 100 + i for n in range(4) for i in range(25))
+    assert sorted(r["bytes_before"] for r in timeline.rows) == sorted(n * 100 + i for n in range(4) for i in range(25))
     last_history = max((e for e in s.events if isinstance(e, HistoryEvent)), key=lambda e: e.seq)
     assert gauge.request_bytes == last_history.bytes  # the newest sizes win whatever the thread order
 
@@ -392,7 +399,7 @@ def test_updates_from_background_threads_and_asyncio_tasks() -> None:
         s.events.append(CompactionEvent(phase="summarize", outcome="running", status="in flight"))
 
     asyncio.run(task())
-    assert timeline.running == "summarize: in flight"
+    assert timeline.running == "summarized old messages: in flight"
     assert gauge.last_error is None and timeline.last_error is None
 
 
@@ -489,10 +496,15 @@ def test_dashboard_follows_a_real_session_after_every_event() -> None:
     )
     assert gauge.bytes_ratio == pytest.approx(m.bytes / (s.payload_cap or 1))
 
-    recovery = [r for r in timeline.rows if r["what"] == "recovery"]
+    recovery = [r for r in timeline.rows if r["kind"] == "recovery"]
     assert [(r["failure_kind"], r["outcome"]) for r in recovery] == [("waf_rejection", "recovered")]
-    summaries = [r for r in timeline.rows if r["phase_name"] == "summarize" and r["outcome"] == "applied"]
-    assert summaries and all(r["cost"].endswith("tok)") for r in summaries)
+    summaries = [
+        st for r in timeline.rows for st in r["steps"] if st["phase"] == "summarize" and st["outcome"] == "applied"
+    ]
+    assert summaries and all("tokens read" in st["extra"] for st in summaries)
+    # the chart has one request mark per request the simulator received for a turn
+    assert dash.chart.series.counts()["requests"] == s.stats.requests == sum(r.kind == "turn" for r in gw.requests)
+    assert dash.chart.series.counts()["rejections"] == 1 and dash.chart.series.counts()["recoveries"] >= 1
     assert timeline.running == "" and not [r for r in timeline.rows if r["outcome"] == "running"]
     assert s.archive is not None
     assert [r["key"] for r in browser.entries] == [e.key for e in s.archive.entries()]

@@ -3,13 +3,14 @@
 ::
 
     from contextkit.widgets import Dashboard
-    Dashboard(session)            # gauge + stats + phase timeline + archive browser, all live
+    Dashboard(session)   # header, live chart, what happened, numbers, archive, status log
 
-``HistoryGauge``, ``PhaseTimeline``, ``ArchiveBrowser`` and ``Dashboard`` are thin views over
+``HistoryGauge`` (the header), ``LiveChart``, ``PhaseTimeline``, ``StatsTable``, ``ArchiveBrowser``,
+``StatusLog`` and ``Dashboard`` are thin views over
 ``session.events``: no policy, no polling, no refresh button; updates from a background thread
 or an asyncio task show up live. ``session_html`` / ``archive_html`` are the static HTML
-fallbacks used by ``_repr_html_``; they (and this package) import without ipywidgets — the
-panels load ipywidgets on first use.
+fallbacks used by ``_repr_html_``; they (and this package) import without the ``[notebook]`` extra
+— the panels need it and say so.
 """
 
 from __future__ import annotations
@@ -20,14 +21,18 @@ from contextkit.widgets.html import archive_html, session_html
 
 if TYPE_CHECKING:
     from contextkit.widgets.browser import ArchiveBrowser
+    from contextkit.widgets.chart import LiveChart
     from contextkit.widgets.dashboard import Dashboard, StatsTable
     from contextkit.widgets.gauge import HistoryGauge
+    from contextkit.widgets.log import StatusLog
     from contextkit.widgets.timeline import PhaseTimeline
 
 _LAZY = {
     "ArchiveBrowser": "contextkit.widgets.browser",
     "Dashboard": "contextkit.widgets.dashboard",
     "HistoryGauge": "contextkit.widgets.gauge",
+    "LiveChart": "contextkit.widgets.chart",
+    "StatusLog": "contextkit.widgets.log",
     "PhaseTimeline": "contextkit.widgets.timeline",
     "StatsTable": "contextkit.widgets.dashboard",
 }
@@ -36,8 +41,10 @@ __all__ = [
     "ArchiveBrowser",
     "Dashboard",
     "HistoryGauge",
+    "LiveChart",
     "PhaseTimeline",
     "StatsTable",
+    "StatusLog",
     "archive_html",
     "session_html",
 ]

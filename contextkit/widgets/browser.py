@@ -8,6 +8,10 @@ narrows the list to its items. Selecting an entry shows its original content (``
 and the history message whose stub carries its ``<<ccr:KEY>>`` marker, refreshed on every
 ``HistoryEvent``.
 
+One list (a selectable, newest first); next to the selected entry's original, the stub the
+model saw instead, as a small diff: lines the stub kept, lines it removed (collapsed), and the
+pointer text it added.
+
 Pass a Session (live) or an Archive alone (static; call ``refresh()`` after changing it).
 """
 
@@ -25,9 +29,49 @@ from contextkit.events import ArchiveEvent, CompactionEvent, Event, EventLog, Hi
 from contextkit.markers import marker
 from contextkit.sizing import format_size
 from contextkit.widgets._view import EventFeed, FeedView, call_quietly
-from contextkit.widgets.html import ENTRY_COLUMNS, entry_row, esc, table_html
+from contextkit.widgets.html import entry_row, esc
 
-_MONO = "<style>.ck-archive-list select{font-family:monospace;font-size:12px}</style>"
+_MONO = (
+    "<style>.ck-archive-list select{font-family:monospace;font-size:12px}"
+    ".ck-diff{font-family:monospace;font-size:11px;line-height:1.35;white-space:pre-wrap;max-height:240px;"
+    "overflow:auto;border:1px solid #ddd;padding:4px 6px;margin:0}.ck-diff .ck-add{background:#e8f5e9;color:#1b5e20}"
+    ".ck-diff .ck-del{background:#ffebee;color:#b71c1c;text-decoration:line-through}"
+    ".ck-diff .ck-gap{color:#9e9e9e;font-style:italic}</style>"
+)
+_LIST_HEADER = "key               kind          origin                         size       turn"
+_PRE = (
+    "max-height:240px;overflow:auto;background:#fafafa;border:1px solid #ddd;padding:4px 6px;font-size:11px;"
+    "line-height:1.35;white-space:pre-wrap;margin:0"
+)
+
+
+def stub_diff_html(original: str, stub: str, *, context: int = 3, max_lines: int = 60) -> str:
+    """What the stub kept of the original, what it removed (long runs collapsed) and what it added."""
+    import difflib
+
+    before, after = original.splitlines(), stub.splitlines()
+    out: list[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        if tag == "equal":
+            run = before[i1:i2]
+            if len(run) > 2 * context:
+                run = [*run[:context], None, *run[-context:]]  # type: ignore[list-item]
+            out += [
+                f"<div class='ck-same'>{esc(line)}</div>" if line is not None else "<div class='ck-gap'>…</div>"
+                for line in run
+            ]
+            continue
+        removed = before[i1:i2]
+        if len(removed) > 2 * context:
+            out += [f"<div class='ck-del'>{esc(line)}</div>" for line in removed[:context]]
+            out.append(f"<div class='ck-gap'>… {len(removed) - 2 * context} more lines removed (archived) …</div>")
+            out += [f"<div class='ck-del'>{esc(line)}</div>" for line in removed[-context:]]
+        else:
+            out += [f"<div class='ck-del'>{esc(line)}</div>" for line in removed]
+        out += [f"<div class='ck-add'>{esc(line)}</div>" for line in after[j1:j2]]
+    if len(out) > max_lines:
+        out = [*out[:max_lines], f"<div class='ck-gap'>… {len(out) - max_lines} more diff lines</div>"]
+    return "<div class='ck-diff'>" + "".join(out) + "</div>"
 
 
 def stub_locations(history: Sequence[Any], key: str) -> list[int]:
@@ -58,6 +102,7 @@ class ArchiveBrowser(FeedView, W.VBox):
     stub_indices: T.List[int] = T.List(help="history indices whose content carries the selected entry's marker")
     query = T.Unicode("")
     original = T.Unicode(None, allow_none=True, help="original content of the selected entry")
+    stub_text = T.Unicode(None, allow_none=True, help="the history message that replaced it (what the model saw)")
 
     def __init__(
         self, session_or_archive: Any, *, max_items: int = 8, max_tokens: int = 1500, max_rows: int = 500, **kwargs: Any
@@ -76,25 +121,26 @@ class ArchiveBrowser(FeedView, W.VBox):
             )
         self.max_items, self.max_tokens, self.max_rows = max_items, max_tokens, max_rows
         self.header = W.HTML()
-        self.entry_list = W.Select(options=[], value=None, rows=5, layout=W.Layout(width="100%"))
+        self.entry_list = W.Select(options=[], value=None, rows=6, layout=W.Layout(width="100%"))
         self.entry_list.add_class("ck-archive-list")
         self.search = W.Text(
             placeholder="search the archive (recall_context)", continuous_update=False, layout=W.Layout(width="70%")
         )
         self.clear_button = W.Button(description="show all", layout=W.Layout(width="90px"))
         self.results = W.HTML()
-        self.table = W.HTML()
-        self.content = W.HTML()
-        self.stub = W.HTML()
+        self.list_header = W.HTML(f"<pre style='margin:0;font-size:11px;color:#555'>{esc(_LIST_HEADER)}</pre>")
+        self.more = W.HTML()
+        self.content = W.HTML(layout=W.Layout(flex="1 1 320px", margin="0 8px 0 0"))
+        self.stub = W.HTML(layout=W.Layout(flex="1 1 320px"))
         super().__init__(
             children=[
                 self.header,
                 W.HBox([self.search, self.clear_button]),
                 self.results,
-                self.table,
+                self.list_header,
                 self.entry_list,
-                self.stub,
-                self.content,
+                self.more,
+                W.HBox([self.content, self.stub], layout=W.Layout(flex_flow="row wrap", align_items="flex-start")),
             ],
             **kwargs,
         )
@@ -223,12 +269,14 @@ class ArchiveBrowser(FeedView, W.VBox):
             return
         text = original if original is not None else f"(key {key} is not in this archive)"
         self.content.value = (
-            "<pre class='ck-content' style='max-height:240px;overflow:auto;background:#fafafa;border:1px solid #ddd;"
-            f"padding:4px 6px;font-size:11px;line-height:1.35;white-space:pre-wrap'>{esc(text)}</pre>"
+            "<div style='font-size:12px' title='The exact text that was removed from the history and archived'>"
+            f"<b>original (archived, {esc(format_size(len(text.encode('utf-8', 'surrogatepass'))))})</b></div>"
+            f"<pre class='ck-content' style='{_PRE}'>{esc(text)}</pre>"
         )
 
     def _show_stub(self, history: list[Any]) -> None:
         key = self.selected_key
+        self.stub_text = None
         if not key:
             self.stub_indices, self.stub.value = [], ""
             return
@@ -248,8 +296,15 @@ class ArchiveBrowser(FeedView, W.VBox):
                 turn = getattr(m, "turn", None)
                 parts.append(f"history[{i}] ({getattr(m, 'role', '?')}{f', turn {turn}' if turn is not None else ''})")
             where = "stub at " + ", ".join(parts)
+        diff = ""
+        if self.stub_indices:
+            self.stub_text = str(getattr(history[self.stub_indices[0]], "content", "") or "")
+            diff = stub_diff_html(self.original or "", self.stub_text)
         self.stub.value = (
-            f"<div class='ck-stub' style='font-size:12px'><code>{esc(marker(key))}</code> {esc(where)}</div>"
+            "<div style='font-size:12px' title='The message the model saw instead: red lines were removed (and "
+            "archived), green lines are the pointer it got; recall brings the original back'><b>what the model saw"
+            f"</b></div><div class='ck-stub' style='font-size:12px'><code>{esc(marker(key))}</code> {esc(where)}</div>"
+            f"{diff}"
         )
 
     def _render(self) -> None:
@@ -267,10 +322,10 @@ class ArchiveBrowser(FeedView, W.VBox):
             f"{len(rows)}</span> {'entry' if len(rows) == 1 else 'entries'}, {esc(format_size(total))}{esc(where)}</div>"
         )
         more = f"newest {len(listed)} of {len(matches)} shown; search to find older entries" if found is None else ""
-        table = table_html(listed, ENTRY_COLUMNS, css="ck-archive-table", empty="no archived content yet")
-        self.table.value = (
-            f"<div class='ck-scroll' style='max-height:200px;overflow-y:auto'>{table}</div>"
-            f"<div class='ck-more' style='font-size:11px;color:#777'>{esc(more if len(matches) > len(listed) else '')}</div>"
+        empty = "no archived content yet" if not rows else ""
+        self.more.value = (
+            f"<div class='ck-more' style='font-size:11px;color:#777'>"
+            f"{esc(more if len(matches) > len(listed) else empty)}</div>"
         )
         options = [(_label(r), r["key"]) for r in listed]
         if list(self.entry_list.options) != options:

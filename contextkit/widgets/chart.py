@@ -32,7 +32,12 @@ def session_chart(series: SessionSeries) -> alt.VConcatChart:
     """Request size (KB) against the payload cap, and tokens against the window, over requests."""
     requests = series.requests
     last = max(len(requests), 1)
-    x = alt.X("n:Q", title="request (in the order sent)", scale=alt.Scale(domain=[0.5, last + 0.5], nice=False), axis=alt.Axis(tickMinStep=1))
+    x = alt.X(
+        "n:Q",
+        title="request (in the order sent)",
+        scale=alt.Scale(domain=[0.5, last + 0.5], nice=False),
+        axis=alt.Axis(tickMinStep=1),
+    )
     tip = [alt.Tooltip("explain:N", title="what happened")]
     # placeholder rows keep every layer (and its class) in the SVG even before it has data
     empty: list[dict[str, Any]] = []

@@ -1,9 +1,14 @@
-"""``Dashboard``: gauge, stats, timeline and archive browser for one session (S8.4).
+"""``Dashboard``: one session, live (S8.4).
 
-Laid out as a grid that fits a projector: gauge and stats side by side on top, the phase
-timeline below, the archive browser at the bottom. Every part follows the session's events; the
-stats table re-reads ``session.stats`` only when a request, compaction result, recovery step or
-history change arrives.
+Laid out for a projector: a compact header (how full the next request is, the learned cap, the
+cached share, the answer streaming in), the live chart of every request in the centre, then what
+happened in plain words (compactions and recoveries, one expandable row each), the numbers with
+explanations, the recall archive, and the status log (collapsed). Every part follows the
+session's events; the numbers re-read ``session.stats`` only when a request, compaction result,
+recovery step or history change arrives.
+
+While a dashboard is shown, the session's notebook status sink stays quiet: its lines are in the
+status-log panel.
 """
 
 from __future__ import annotations
@@ -16,13 +21,31 @@ import traitlets as T
 from contextkit.events import CompactionEvent, Event, HistoryEvent, RecoveryEvent, RequestEvent
 from contextkit.widgets._view import EventFeed, FeedView, call_quietly, close_view, events_of
 from contextkit.widgets.browser import ArchiveBrowser
+from contextkit.widgets.chart import LiveChart
 from contextkit.widgets.gauge import HistoryGauge
-from contextkit.widgets.html import esc, format_stat, kv_table
+from contextkit.widgets.html import esc
+from contextkit.widgets.labels import stat_label, stat_value
+from contextkit.widgets.log import StatusLog
 from contextkit.widgets.timeline import PhaseTimeline
+
+_CELL = "padding:2px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top"
+
+
+def stats_html(data: dict[str, Any]) -> str:
+    """The session's counters as "plain label: value" rows, each with a tooltip saying what it counts."""
+    rows = []
+    for key, value in data.items():
+        label, help_text = stat_label(key)
+        rows.append(
+            f"<tr class='ck-stat' data-key='{esc(key)}' title='{esc(help_text)}'><th style='{_CELL};font-weight:600;"
+            f"cursor:help;text-decoration:underline dotted'>{esc(label)}</th><td style='{_CELL}'>"
+            f"{esc(stat_value(key, value))}</td></tr>"
+        )
+    return f"<table class='ck-stats-table' style='border-collapse:collapse;font-size:12px'>{''.join(rows)}</table>"
 
 
 class StatsTable(FeedView, W.VBox):
-    """``session.stats.to_dict()`` as a key/value table; ``stats`` holds the last dict read."""
+    """``session.stats`` in plain words with tooltips; ``stats`` holds the last dict read."""
 
     stats = T.Dict()
 
@@ -30,7 +53,7 @@ class StatsTable(FeedView, W.VBox):
         events = events_of(session, panel="StatsTable")
         self._session = session
         self.table = W.HTML()
-        super().__init__(children=[W.HTML("<b>Stats</b>"), self.table], **kwargs)
+        super().__init__(children=[self.table], **kwargs)
         self.add_class("ck-stats")
         self._shown = 0
         self._feed = EventFeed(events, self._apply)
@@ -58,42 +81,47 @@ class StatsTable(FeedView, W.VBox):
         self._shown += 1
         self.stats = data
         if not data:
-            self.table.value = "<div class='ck-stats-empty'>no stats available</div>"
+            self.table.value = "<div class='ck-stats-empty'>no numbers available</div>"
             return
-        self.table.value = kv_table(((k, format_stat(v)) for k, v in data.items()), css="ck-stats-table")
+        self.table.value = stats_html(data)
 
 
 class Dashboard(W.VBox):
-    """The three panels plus the stats table, all live."""
+    """Header, live chart, what happened, numbers, archive and status log; all live."""
 
     def __init__(self, session: Any, **kwargs: Any) -> None:
         events_of(session, panel="Dashboard")
         self.gauge = HistoryGauge(session)
+        self.chart = LiveChart(session)
         self.stats = StatsTable(session)
         self.timeline = PhaseTimeline(session)
         self.browser = ArchiveBrowser(session)
-        self.gauge.layout = W.Layout(flex="3 1 380px", padding="4px 12px 4px 0")
-        self.stats.layout = W.Layout(flex="2 1 320px", padding="4px")
+        self.status_log = StatusLog(session)
         title = (
             f"<div class='ck-dashboard-title' style='font-size:14px'><b>contextkit</b> · "
             f"{esc(getattr(session, 'model', ''))} · session {esc(getattr(session, 'session_id', ''))}</div>"
         )
         self.title = W.HTML(title)
-        top = W.HBox([self.gauge, self.stats], layout=W.Layout(flex_flow="row wrap", align_items="flex-start"))
         sections = [
             self.title,
-            top,
-            _section("Compaction phases and recovery", self.timeline),
-            _section("Recall archive", self.browser),
+            self.gauge,
+            self.chart,
+            _section("What happened: compactions and recoveries", self.timeline),
+            _section("The numbers (hover a label for what it counts)", self.stats),
+            _section("Recall archive: everything removed, and what the model saw instead", self.browser, open_=False),
+            _section("Status log", self.status_log, open_=False),
         ]
         super().__init__(children=sections, **kwargs)
         self.add_class("ck-dashboard")
         self.layout.border = "1px solid #cfd8dc"
         self.layout.padding = "8px"
+        attach = getattr(getattr(session, "status_sink", None), "attach", None)
+        if callable(attach):  # the notebook status sink stays quiet while this log shows the lines
+            attach(self.status_log)
 
     @property
-    def panels(self) -> tuple[HistoryGauge, StatsTable, PhaseTimeline, ArchiveBrowser]:
-        return (self.gauge, self.stats, self.timeline, self.browser)
+    def panels(self) -> tuple[Any, ...]:
+        return (self.gauge, self.chart, self.stats, self.timeline, self.browser, self.status_log)
 
     @property
     def last_error(self) -> str | None:
@@ -104,7 +132,7 @@ class Dashboard(W.VBox):
         super().close()
 
 
-def _section(title: str, body: W.Widget) -> W.Widget:
-    box = W.Accordion(children=[body], titles=(title,), selected_index=0)
+def _section(title: str, body: W.Widget, *, open_: bool = True) -> W.Widget:
+    box = W.Accordion(children=[body], titles=(title,), selected_index=0 if open_ else None)
     box.add_class("ck-section")
     return box

@@ -23,7 +23,6 @@ from contextkit.sizing import format_size
 from contextkit.widgets._view import EventFeed, FeedView, call_quietly, events_of
 from contextkit.widgets.html import AMBER_AT, COLOURS, RED_AT, bar_html, esc, pressure_state, ratio
 
-
 BYTES_HELP = (
     "Size of the next request body in bytes: what proxies and gateways limit. The dashed line is the "
     "pre-flight point where the session compacts before sending."
@@ -186,7 +185,9 @@ class HistoryGauge(FeedView, W.VBox):
             )
         lines = [" · ".join(parts)]
         if self.cap_source == "learned" or self.cap_detail:
-            lines.append(f"<span class='ck-cap' title='{esc(CAP_HELP)}'>cap: {esc(self.cap_detail or self.cap_source)}</span>")
+            lines.append(
+                f"<span class='ck-cap' title='{esc(CAP_HELP)}'>cap: {esc(self.cap_detail or self.cap_source)}</span>"
+            )
         if self.notice:
             lines.append(f"<span class='ck-notice' style='color:#8d6e00'>last notice: {esc(self.notice)}</span>")
         self.info.value = "<div style='font-size:12px;line-height:1.6'>" + "<br>".join(lines) + "</div>"

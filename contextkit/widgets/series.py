@@ -68,7 +68,11 @@ class SessionSeries:
             return changed and not self.requests  # later cap changes show up with the next request
         if isinstance(event, CapEvent):
             self.cap = event.cap_bytes or None
-            seen = f" after the gateway refused a {format_size(event.rejected_bytes)} request" if event.rejected_bytes else ""
+            seen = (
+                f" after the gateway refused a {format_size(event.rejected_bytes)} request"
+                if event.rejected_bytes
+                else ""
+            )
             self._cap_note = f"{event.source} cap{seen}"
             return False
         if isinstance(event, RequestEvent):
@@ -96,7 +100,9 @@ class SessionSeries:
         if isinstance(event, CompactionEvent):
             if event.outcome != "applied" or event.phase in _AGGREGATE:
                 return False
-            self._add_compaction(event.phase, event.level, event.trigger, event.bytes_before, event.bytes_after, event.status)
+            self._add_compaction(
+                event.phase, event.level, event.trigger, event.bytes_before, event.bytes_after, event.status
+            )
             return True
         if isinstance(event, NoticeEvent) and event.code in ("microcompact", "dedup"):
             # turn-boundary ageing of tool output is reported as a notice, not as a compaction run
@@ -129,7 +135,11 @@ class SessionSeries:
             what = f"Request {n} was refused: {failure_label(event.failure_kind)}" + (
                 f" (HTTP {event.status})" if event.status else ""
             )
-        cap = f"{format_size(self.cap)} payload cap ({self._cap_note or 'configured'})" if self.cap else "no payload cap known"
+        cap = (
+            f"{format_size(self.cap)} payload cap ({self._cap_note or 'configured'})"
+            if self.cap
+            else "no payload cap known"
+        )
         parts = [
             f"{what}. Body {format_size(event.bytes)} against {cap}; {event.tokens:,} tokens"
             + (f" of a {self.window:,}-token window." if self.window else "."),

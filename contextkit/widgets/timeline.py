@@ -101,9 +101,7 @@ def _summary(row: Row) -> str:
             live = next((s for s in reversed(row["steps"]) if s["outcome"] == "running"), None)
             doing = f" · now: {live['what']}" if live else ""
             return f"Compaction {TRIGGERS.get(row['trigger'], row['trigger'])} · {format_size(before)} → …{doing}"
-        return (
-            f"Compaction {TRIGGERS.get(row['trigger'], row['trigger'])} · {_sizes(before, after, False)}{freed} · {done}"
-        )
+        return f"Compaction {TRIGGERS.get(row['trigger'], row['trigger'])} · {_sizes(before, after, False)}{freed} · {done}"
     last = row["steps"][-1] if row["steps"] else None
     tried = sum(1 for s in row["steps"] if s["outcome"] == "retrying")
     how = {
@@ -122,9 +120,11 @@ def timeline_rows(rows: list[Row], event: Event, *, max_rows: int = 200) -> list
         kind, step = "recovery", _recovery_step(event)
     else:
         return rows
+    phase = event.phase if isinstance(event, CompactionEvent) else ""
+    failure = event.failure_kind if isinstance(event, RecoveryEvent) else ""
     new = list(rows)
     index = _open(new, kind)
-    if index is None or (kind == "compaction" and event.phase == "start"):
+    if index is None or (kind == "compaction" and phase == "start"):
         if index is not None:  # a start without the previous done: close the old one
             new[index] = dict(new[index], open=False, outcome="ended")
         new.append(
@@ -156,19 +156,20 @@ def timeline_rows(rows: list[Row], event: Event, *, max_rows: int = 200) -> list
     )  # fmt: skip
     if same is not None and kind == "compaction":
         steps[same] = step
-    elif kind == "compaction" and event.phase == "done":
+    elif kind == "compaction" and phase == "done":
         steps = [dict(s, outcome="ended") if s["outcome"] == "running" else s for s in steps]
-    elif not (kind == "compaction" and event.phase == "start"):
+    elif not (kind == "compaction" and phase == "start"):
         steps.append(step)
     row["steps"] = steps
+    row["status"] = step["status"]
     if kind == "compaction":
-        if event.phase == "done":
+        if phase == "done":
             row.update(open=False, outcome=event.outcome, bytes_after=event.bytes_after)
         elif event.outcome != "running" and event.bytes_after:
             row["bytes_after"] = event.bytes_after
     else:
-        if event.failure_kind and not row["failure_kind"]:
-            row["failure_kind"] = event.failure_kind
+        if failure and not row["failure_kind"]:
+            row["failure_kind"] = failure
         row["outcome"] = event.outcome
         if event.outcome in FINAL_RECOVERY:
             row["open"] = False
@@ -224,10 +225,11 @@ class PhaseTimeline(FeedView, W.VBox):
                 self._render()
 
     def _render(self) -> None:
-        live = [s for r in self.rows if r["outcome"] == "running" for s in r["steps"] if s["outcome"] == "running"]
+        live = [r for r in self.rows if r["outcome"] == "running"]
         if live:
-            step = live[-1]
-            self.running = f"{step['what']}: {step['status']}".rstrip(": ")
+            steps = [s for s in live[-1]["steps"] if s["outcome"] == "running"]
+            what, status = (steps[-1]["what"], steps[-1]["status"]) if steps else ("compaction", live[-1]["status"])
+            self.running = f"{what}: {status}".rstrip(": ")
             self.status.value = (
                 f"<div class='ck-running-line' style='color:#8d6e00;font-weight:600'>{_DOT} running "
                 f"{esc(self.running)}</div>"
@@ -244,4 +246,6 @@ class PhaseTimeline(FeedView, W.VBox):
         items = "".join(episode_html(r) for r in self.rows[::-1]) or (
             "<div class='ck-empty' style='font-size:12px;color:#777'>no compaction or recovery yet</div>"
         )
-        self.table.value = f"{_STYLE}<div class='ck-scroll ck-timeline-list' style='max-height:320px;overflow-y:auto'>{items}</div>"
+        self.table.value = (
+            f"{_STYLE}<div class='ck-scroll ck-timeline-list' style='max-height:320px;overflow-y:auto'>{items}</div>"
+        )
