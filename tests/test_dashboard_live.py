@@ -1,0 +1,226 @@
+"""The dashboard's live chart, header and status lines (issue 17).
+
+The chart is checked on what a browser would draw: the Vega-Lite spec rendered to SVG offline by
+vl-convert, counting the marks of each named layer. Stream and cache fields are read from the
+agreed interfaces (``StreamEvent``; ``RequestEvent.cached_prompt_tokens`` / ``append_only``): until
+their owners land them, the tests append synthetic events with those fields to a real EventLog.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from contextkit import events as ev
+from contextkit.events import (
+    CapEvent,
+    CompactionEvent,
+    Event,
+    EventLog,
+    HistoryEvent,
+    NoticeEvent,
+    RecoveryEvent,
+    RequestEvent,
+)
+from contextkit.state import SessionStats
+from contextkit.widgets.labels import STATS, stat_label, stat_value
+from contextkit.widgets.series import SessionSeries
+
+ROOT = Path(__file__).resolve().parents[1]
+
+if "append_only" in {f.name for f in fields(RequestEvent)}:
+    CacheRequest: type[RequestEvent] = RequestEvent
+else:
+
+    @dataclass(frozen=True, kw_only=True)
+    class _CacheRequest(RequestEvent):  # the cache engineer's fields, as agreed in TEAM.md
+        cached_prompt_tokens: int = 0
+        cache_write_tokens: int = 0
+        append_only: bool | None = None
+
+    CacheRequest = _CacheRequest
+
+if hasattr(ev, "StreamEvent"):
+    Stream: Any = ev.StreamEvent
+else:
+
+    @dataclass(frozen=True, kw_only=True)
+    class _Stream(Event):  # the streaming engineer's event, as agreed in TEAM.md
+        type: ClassVar[str] = "stream"
+        kind: str = "delta"
+        text: str = ""
+        chars_so_far: int = 0
+        tokens_so_far: int = 0
+        reason: str = ""
+        level: int = 0
+
+    Stream = _Stream
+
+
+def story() -> list[Event]:
+    """Four requests: one refused by the gateway, a learned cap, a recovery at level 2 with a
+    compaction, a turn-boundary microcompact, and a cache break after the compaction."""
+    return [
+        HistoryEvent(bytes=10_000, tokens=2_500, messages=3, context_window=32_000),
+        CacheRequest(bytes=10_000, tokens=2_500, prompt_tokens=2_500, outcome="ok"),
+        NoticeEvent(code="microcompact", text="microcompact: 1 truncated, 0 summarized, 20 KB freed"),
+        CacheRequest(bytes=90_000, tokens=20_000, outcome="rejected", failure_kind="waf_rejection", status=403, append_only=True),
+        CapEvent(cap_bytes=67_500, rejected_bytes=90_000, source="learned"),
+        CompactionEvent(trigger="recovery", phase="start", outcome="running", bytes_before=90_000),
+        CompactionEvent(trigger="recovery", phase="summarize", level=2, outcome="applied", bytes_before=90_000, bytes_after=40_000),
+        CompactionEvent(trigger="recovery", phase="done", level=2, outcome="applied", bytes_before=90_000, bytes_after=40_000),
+        RecoveryEvent(failure_kind="waf_rejection", level=2, attempt=1, outcome="retrying", bytes_before=90_000, bytes_after=40_000),
+        CacheRequest(bytes=40_000, tokens=9_000, prompt_tokens=9_000, level=2, outcome="ok", append_only=False),
+        RecoveryEvent(level=2, attempt=1, outcome="recovered", bytes_before=40_000),
+        CacheRequest(bytes=41_000, tokens=9_200, prompt_tokens=9_200, cached_prompt_tokens=8_800, outcome="ok", append_only=True, cost=0.0123),
+    ]  # fmt: skip
+
+
+def _marks(svg: str, layer: str) -> int:
+    """Number of drawn items in the named layer (Vega puts each layer's items in one group)."""
+    found = re.search(rf'<g class="mark-\w+ role-mark {layer}_\d+_marks"[^>]*?(/>|>(.*?)</g>)', svg, re.S)
+    assert found is not None, f"no {layer} layer in the SVG"
+    return len(re.findall(r"<(path|line|rect)\b", found.group(2) or ""))
+
+
+def test_series_and_chart_marks_follow_the_events() -> None:
+    from contextkit.analysis import chart_svg
+    from contextkit.widgets.chart import session_chart
+
+    series = SessionSeries()
+    counts = []
+    for event in story():
+        series.apply(event)
+        counts.append(series.counts()["requests"])
+    assert counts == [0, 1, 1, 2, 2, 2, 2, 2, 2, 3, 3, 4] and series.counts() == {
+        "requests": 4, "rejections": 1, "recoveries": 1, "compactions": 2, "cache_breaks": 1,
+    }  # fmt: skip
+    rejected, retried = series.requests[1], series.requests[2]
+    assert (
+        rejected["result"] == "refused"
+        and "firewall/proxy page" in rejected["explain"]
+        and "HTTP 403" in rejected["explain"]
+    )
+    assert retried["level"] == 2 and "Sent after recovery level 2" in retried["explain"]
+    assert "Cache break" in retried["explain"] and retried["cap_kb"] == pytest.approx(67_500 / 1024)
+    assert rejected["cap_kb"] is None  # the cap was learned from this very refusal
+    assert series.requests[-1]["cached_share"] == pytest.approx(8_800 / 9_200)
+    assert "96% of its prompt came from the provider's cache" in series.requests[-1]["explain"]
+    assert series.recoveries[0]["n"] == 3 and "level 2" in series.recoveries[0]["explain"]
+    assert [c["phase"] for c in series.compactions] == ["microcompact", "summarize"]
+    assert "to recover from a refused request" in series.compactions[1]["explain"]
+
+    svg = chart_svg(session_chart(series))
+    assert "cdn.jsdelivr" not in svg
+    assert _marks(svg, "requests") == 4 and _marks(svg, "tokens") == 4
+    assert _marks(svg, "rejections") == 1 and _marks(svg, "recoveries") == 1
+    assert _marks(svg, "compactions") == 2 and _marks(svg, "cache_breaks") == 1
+
+
+def test_an_empty_chart_still_draws_every_layer_and_a_metric_that_can_fail() -> None:
+    from contextkit.analysis import chart_svg
+    from contextkit.widgets.chart import session_chart
+
+    series = SessionSeries()
+    svg = chart_svg(session_chart(series))
+    assert _marks(svg, "requests") == 0 and _marks(svg, "rejections") == 0
+    series.apply(RequestEvent(bytes=5, tokens=1, outcome="ok"))
+    svg = chart_svg(session_chart(series))
+    assert _marks(svg, "requests") == 1 and _marks(svg, "rejections") == 0  # no refusal, no rejection mark
+
+
+def test_live_chart_redraws_on_events_and_stops_after_close() -> None:
+    from contextkit.widgets import LiveChart
+
+    @dataclass
+    class S:
+        events: EventLog
+
+    log = EventLog()
+    for event in story()[:4]:
+        log.append(event)
+    chart = LiveChart(S(log))  # the past is replayed once, then drawn once
+    assert chart.series.counts()["requests"] == 2 and chart.redraws == 1
+    assert chart.embed_options == {"renderer": "svg", "actions": False}
+    for event in story()[4:]:
+        log.append(event)
+    assert chart.series.counts()["requests"] == 4 and chart.redraws == 1 + 4  # one per request, compaction or recovery
+    drawn = chart.chart.to_dict()
+    layers = {layer.get("name", "").rsplit("_", 1)[0]: layer for layer in drawn["vconcat"][0]["layer"]}
+    assert {"requests", "rejections", "recoveries", "compactions", "cache_breaks", "cap"} <= set(layers)
+    chart.close()
+    log.append(RequestEvent(bytes=1))
+    assert chart.series.counts()["requests"] == 4 and chart.last_error is None
+
+
+def test_header_counts_the_streamed_answer_and_shows_the_cached_share() -> None:
+    from contextkit.widgets import HistoryGauge
+
+    @dataclass
+    class S:
+        events: EventLog
+
+    log = EventLog()
+    gauge = HistoryGauge(S(log))
+    log.append(
+        CacheRequest(
+            bytes=1000, tokens=900, prompt_tokens=900, cached_prompt_tokens=600, outcome="ok", append_only=True
+        )
+    )
+    assert gauge.cached_share == pytest.approx(600 / 900) and "67% of the last prompt from cache" in gauge.info.value
+    for n in (3, 11, 27):
+        log.append(Stream(kind="delta", text="x", tokens_so_far=n, chars_so_far=n * 4))
+        assert gauge.streaming and gauge.answer_tokens == n
+        assert f"answer so far: <b class='ck-answer-tokens'>{n:,}</b> tokens" in gauge.info.value
+    log.append(Stream(kind="voided", reason="retry"))
+    assert gauge.answer_tokens == 0 and gauge.streaming
+    log.append(Stream(kind="delta", tokens_so_far=5))
+    log.append(Stream(kind="done", tokens_so_far=41))
+    assert not gauge.streaming and gauge.answer_tokens == 41 and "last streamed answer" in gauge.info.value
+    log.append(CacheRequest(bytes=1000, tokens=900, prompt_tokens=900, outcome="ok", append_only=False))
+    assert gauge.cache_broken and "cache lost" in gauge.info.value and gauge.last_error is None
+
+
+def test_every_counter_has_a_plain_label_and_an_explanation() -> None:
+    names = set(SessionStats.__dataclass_fields__)
+    assert names <= set(STATS), f"unexplained counters: {sorted(names - set(STATS))}"
+    for name in names:
+        label, help_text = stat_label(name)
+        assert "_" not in label and len(help_text) > 30, name
+    assert stat_label("level3_falls")[0] == "times the session had to cut messages"
+    assert (
+        stat_value("failures_by_kind", {"payload_too_large": 2})
+        == "2 × the gateway refused the body as too large (413)"
+    )
+    assert stat_value("recoveries_by_level", {"2": 1, "1": 3}) == "3 × level 1, 1 × level 2"
+    assert stat_value("cost", 0.5) == "$0.5000" and stat_value("bytes_sent", 2048) == "2.0 KB"
+
+
+def test_status_lines_in_a_notebook_collapse_or_go_to_the_dashboard(tmp_path: Path) -> None:
+    """In a real kernel: no stderr; one collapsible block per cell, or nothing while a dashboard shows."""
+    setup = (
+        "from contextkit import Limits, Session\nfrom contextkit.sim import GatewaySimulator, Workspace\n"
+        "gw = GatewaySimulator(max_body='24KB', reject_with='413').start()\nws = Workspace(seed=1, target_bytes=6000)\n"
+        "s = Session(gw.model, api_base=gw.api_base, api_key='k', limits=Limits(context_window=32_000))\n"
+        "print(type(s.status_sink).__name__)"
+    )
+    talk = "for i in range(4):\n    s.send(f'turn {i}\\n' + ws.tail_log(80).content)"
+    dash = "from contextkit.widgets import Dashboard\nd = Dashboard(s)\nd"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in (setup, talk, dash, talk, "print(len(d.status_log.lines))")]
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [cell.outputs for cell in nb.cells]
+    assert outputs[0][0]["text"].strip() == "NotebookStatus"
+    assert not [o for cell in outputs for o in cell if o.get("name") == "stderr"]
+    (block,) = outputs[1]  # one block for all the lines of the cell, updated in place
+    assert "<details class='ck-status'>" in block["data"]["text/html"]
+    lines = re.search(r"contextkit: (\d+) status lines", block["data"]["text/plain"])
+    assert lines and int(lines.group(1)) >= 3 and "gateway rejected" in block["data"]["text/plain"]
+    assert outputs[3] == []  # the dashboard's status log has them instead
+    assert int(outputs[4][0]["text"]) >= int(lines.group(1))
