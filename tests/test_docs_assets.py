@@ -1,9 +1,10 @@
 """The README's images, generated from real runs (never drawn by hand).
 
-``docs/images/level_outcomes.svg``: the per-level outcomes chart of a real session against the
-gateway simulator (an agent reading big files, then a paste far above an unknown 128 KB
-Cloudflare-style cap), through ``contextkit.analysis``. ``docs/images/dashboard.png``: the browser
-test's screenshot (``tests/test_widgets_browser.py`` writes ``test-artifacts/dashboard.png``).
+``docs/images/level_outcomes.svg``: per-level outcomes over several real sessions (seeds) against
+the gateway simulator (an agent reading big files, then a paste far above an unknown 128 KB
+Cloudflare-style cap), means with 95% intervals through ``contextkit.analysis``.
+``docs/images/dashboard.png``: the browser test's screenshot of the dashboard at the end of its
+run (``tests/test_widgets_browser.py`` writes ``test-artifacts/dashboard.png``).
 
 Every run renders and checks both; the committed files are (re)written only when missing or when
 ``CONTEXTKIT_REFRESH_DOCS=1`` is set, so a test run does not dirty the work tree with images that
@@ -16,8 +17,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,30 +32,33 @@ def _refresh(target: Path) -> bool:
     return not target.exists() or os.environ.get("CONTEXTKIT_REFRESH_DOCS") == "1"
 
 
-@pytest.fixture(scope="module")
-def pressure_events() -> list[dict[str, object]]:
+SEEDS = range(1, 7)
+
+
+def pressure_story(seed: int) -> list[dict[str, object]]:
+    """One session: 8 agent steps, a paste far above the unknown cap, a manual compaction, a question."""
     from contextkit.archive import Archive
     from contextkit.session import Session
     from contextkit.settings import Limits
     from contextkit.sim import GatewaySimulator, Workspace, agent_steps
 
     with GatewaySimulator(context_window=128_000, max_body="128KB", reject_with="waf403") as gw:
-        ws = Workspace(seed=7, target_bytes=40_000)
+        ws = Workspace(seed=seed, target_bytes=40_000)
         session = Session(
             gw.model,
             api_base=gw.api_base,
             api_key="sim-key",
             system="You are a careful coding agent.",
             limits=Limits(context_window=128_000),
-            archive=Archive.in_memory(session_id="docs"),
+            archive=Archive.in_memory(session_id=f"docs-{seed}"),
             tools=list(ws.tools.values()),
-            session_id="docs",
+            session_id=f"docs-{seed}",
             status=None,
             on_flush=None,
         )
-        for i, (tool, args) in enumerate(agent_steps(seed=7, steps=8), 1):
+        for i, (tool, args) in enumerate(agent_steps(seed=seed, steps=8), 1):
             session.send(f"Step {i}: [[tool:{tool} {json.dumps(args)}]]")
-        session.send("The full crash log:\n" + ws.tail_log(2_600).content)
+        session.send("The full crash log:\n" + ws.tail_log(2_400 + 100 * seed).content)
         session.compact("keep every file path")
         session.send("What is left to do?")
         rejected = sum(not r.accepted for r in gw.requests)
@@ -60,23 +66,34 @@ def pressure_events() -> list[dict[str, object]]:
     return [e.to_dict() for e in session.events]
 
 
-def test_level_outcomes_chart_for_the_readme(pressure_events: list[dict[str, object]], tmp_path: Path) -> None:
-    from contextkit.analysis import frames, level_outcomes, level_outcomes_chart, save_chart
+@pytest.fixture(scope="module")
+def pressure_events() -> list[dict[str, object]]:
+    with ThreadPoolExecutor(2) as pool:  # each session has its own simulator
+        runs = list(pool.map(pressure_story, SEEDS))
+    return [event for run in runs for event in run]
 
-    table = level_outcomes(frames(pressure_events))
+
+def test_level_outcomes_chart_for_the_readme(pressure_events: list[dict[str, object]], tmp_path: Path) -> None:
+    from contextkit.analysis import frames, level_intervals_chart, level_outcomes_across_sessions, save_chart
+
+    table = level_outcomes_across_sessions(frames(pressure_events))
     labels = set(table["label"].to_list())
     # one gateway rejection teaches the cap; the paste then goes as an excerpt (no deeper rung needed)
     assert {"recovery L1", "compaction L2", "compaction L3"} <= labels, labels
-    path = save_chart(level_outcomes_chart(table), tmp_path / "level_outcomes.svg")
+    fired = table.filter(pl.col("metric") == "times fired per session")
+    assert fired["sessions"].max() == len(SEEDS)  # aggregated over every seed, not n = 1
+    assert (table["low"] <= table["mean"]).all() and (table["mean"] <= table["high"]).all()
+    path = save_chart(level_intervals_chart(table), tmp_path / "level_outcomes.svg")
     svg = path.read_text(encoding="utf-8")
     assert svg.lstrip().startswith("<svg") and "recovery L1" in svg and "success rate" in svg
+    assert f"over up to {len(SEEDS)} sessions" in svg
     assert "cdn.jsdelivr" not in svg  # rendered offline, self-contained
     target = IMAGES / "level_outcomes.svg"
     if _refresh(target):
         IMAGES.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
     committed = target.read_text(encoding="utf-8")
-    assert committed.lstrip().startswith("<svg") and "recovery L1" in committed
+    assert committed.lstrip().startswith("<svg") and "recovery L1" in committed and "95% interval" in committed
 
 
 def test_dashboard_screenshot_is_copied_into_docs() -> None:

@@ -6,6 +6,7 @@ altair. Typical use::
     from contextkit.analysis import frames, level_outcomes, history_vs_cap_chart, save_chart
     f = frames(session.events)
     level_outcomes(f)                       # polars table per recovery/compaction level
+    level_intervals_chart(f)                # the same over many sessions: means with 95% intervals
     save_chart(history_vs_cap_chart(f), "history.svg")
 """
 
@@ -33,9 +34,16 @@ from contextkit.analysis.frames import (
     frames,
     to_events,
 )
+from contextkit.analysis.intervals import (
+    INTERVALS_SCHEMA,
+    level_intervals_chart,
+    level_outcomes_across_sessions,
+    per_session_outcomes,
+)
 
 __all__ = [
     "COMPACTIONS_SCHEMA",
+    "INTERVALS_SCHEMA",
     "LEVEL_OUTCOMES_SCHEMA",
     "RECOVERIES_SCHEMA",
     "REQUESTS_SCHEMA",
@@ -46,8 +54,11 @@ __all__ = [
     "frames",
     "history_vs_cap_chart",
     "history_vs_cap_data",
+    "level_intervals_chart",
     "level_outcomes",
+    "level_outcomes_across_sessions",
     "level_outcomes_chart",
+    "per_session_outcomes",
     "prefix_reuse_chart",
     "retention_chart",
     "save_chart",
