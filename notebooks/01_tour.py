@@ -83,7 +83,8 @@ session = Session(
     archive=Archive.in_memory(session_id="tour"),
     tools=list(workspace.tools.values()),
     session_id="tour",
-    status=print,  # phases and notices as plain lines (a list's append works too)
+    # status lines (phases, notices): in a notebook they go to the dashboard's status log, or to one
+    # collapsible block per cell; in a terminal to stderr. Pass status=print or a list's append to choose.
 )
 reply = session.send("Hello! We are going to investigate the inventory service together.")
 print(reply.text)
@@ -115,7 +116,8 @@ dashboard
 # ## A long agent conversation
 #
 # Ten steps: each makes the (scripted) model call one tool — read a whole file, grep, tail a log,
-# fetch JSON. Watch the status lines. A tool result above the per-result budget (20,000 chars) is
+# fetch JSON. Watch the chart grow one point per request; the status log (at the bottom of the
+# dashboard) says what happens in words. A tool result above the per-result budget (20,000 chars) is
 # capped to a head + tail **preview** when it arrives, before the model ever sees it. Nothing older
 # is rewritten while the history stays below the pressure trigger (60% of the window or the cap), so
 # the provider's prompt cache keeps every earlier request; above it, old results become previews and
@@ -136,7 +138,8 @@ for i, (tool, args) in enumerate(plan, 1):
 # ## Hitting the gateway
 #
 # Now the user pastes a 280 KB production log. The request is far above the gateway's (unknown)
-# cap. Follow the status lines:
+# cap. Follow it on the dashboard: a red cross on the chart where the gateway refused a request,
+# triangles where the session recovered, vertical lines where it compacted (hover any of them):
 #
 # 1. the history is over budget, so it is **compacted** before sending (summary, then truncation,
 #    then shrinking the older messages — everything archived first; your newest message is the
@@ -203,7 +206,6 @@ print("resumed:", again)
 
 # %%
 print(json.dumps(session.stats.to_dict(), indent=1))
-dashboard.close()
 gw.stop()
 
 # %% [markdown]
