@@ -1,12 +1,21 @@
-"""The dashboard in a real JupyterLab, rendered by headless Debian Chromium (SPEC S8.5).
+"""The dashboard in a real JupyterLab and in Voila, rendered by headless Debian Chromium (S8.5).
 
-Starts JupyterLab on 127.0.0.1 (free port, no token, private settings and workspace folders),
+JupyterLab: starts it on 127.0.0.1 (free port, no token, private settings and workspace folders),
 opens a notebook generated here and runs all cells through the Lab UI: a real Session against
 the gateway simulator with the Dashboard displayed, then turns (from a background thread and from
 the kernel's event loop) that force a gateway rejection, a learned cap, recovery and summaries,
-then a 3 s summary. The test sees that summary's running row live (``dashboard-running.png``),
-waits for the end, compares the DOM with the values the kernel printed (gauge, timeline rows,
-archive rows, stub, stats) and saves ``test-artifacts/dashboard.png``.
+then a 3 s summary. The test sees that summary's running row live and saves
+``test-artifacts/lab-dashboard-running.png``, waits for the end, compares the DOM with the values
+the kernel printed (header, chart marks, timeline rows, archive, stub diff, numbers) and saves
+``test-artifacts/dashboard.png``.
+
+Voila: serves the tour (``notebooks/01_tour.ipynb``) as an app with progressive rendering, takes
+``voila-dashboard-running.png`` while the tour still runs and ``voila-dashboard.png`` at the end,
+and checks the chart: one request mark per request the session sent, a rejection mark after the
+gateway refused one.
+
+The chart is an SVG (vega-embed's svg renderer): each named layer's items sit in one
+``g.role-mark.<layer>_N_marks`` group, so marks are counted in the DOM.
 
 Part of the default test run: a missing ``/usr/bin/chromium`` is a failure (``.ci/run``
 installs it), never a skip.
@@ -17,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -83,6 +93,7 @@ FINISH = """\
 slow.join()
 stubbed = next(e.key for e in reversed(session.archive.entries())
                if any(marker(e.key) in m.content for m in session.history))
+dash.children[5].selected_index = 0  # open the archive section
 dash.browser.select(stubbed)
 gauge, m = dash.gauge, session.measure()
 expected = {
@@ -91,6 +102,7 @@ expected = {
     "rows": len(dash.timeline.rows), "archive": len(session.archive.entries()),
     "stub": dash.browser.stub_indices[0], "original": session.archive.get(stubbed)[:40],
     "requests": session.stats.requests, "rejected": sum(not r.accepted for r in gw.requests),
+    "turn_requests": sum(r.kind == "turn" for r in gw.requests), "marks": dash.chart.series.counts(),
     "error": dash.last_error,
 }
 gw.stop()
@@ -216,14 +228,32 @@ def _outputs_text(page: Any) -> str:
     return "\n---\n".join(texts)
 
 
-def test_dashboard_renders_and_updates_in_jupyterlab(lab: str) -> None:
+def _marks(page: Any, layer: str) -> int:
+    """Items drawn in a named chart layer (one ``path`` per point or rule)."""
+    return int(page.locator(f"g.role-mark[class*=' {layer}_'] > *").count())
+
+
+def _wait_marks(page: Any, layer: str, count: int, timeout: float = 20_000) -> None:
+    """The chart redraws asynchronously after the kernel's last event: wait for ``count`` marks."""
+    page.wait_for_function(
+        "([layer, count]) => document.querySelectorAll(`g.role-mark[class*=' ${layer}_'] > *`).length === count",
+        arg=[layer, count],
+        timeout=timeout,
+    )
+
+
+def _launch(pw: Any) -> Any:
     assert CHROMIUM.exists(), (
         f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium fonts-liberation; "
         ".ci/run does this). `playwright install` cannot download here."
     )
     ARTIFACTS.mkdir(exist_ok=True)
+    return pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+
+
+def test_dashboard_renders_and_updates_in_jupyterlab(lab: str) -> None:
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        browser = _launch(pw)
         try:
             page = browser.new_page(viewport={"width": 1300, "height": 2000})
             page.goto(f"{lab}/lab/tree/{NOTEBOOK}?reset", wait_until="domcontentloaded")
@@ -235,19 +265,20 @@ def test_dashboard_renders_and_updates_in_jupyterlab(lab: str) -> None:
             _run_all_cells(page)
             # the live view of the slow manual summary, while the kernel is still busy (under load an
             # automatic compaction's summary of an earlier turn may be seen running first: wait for this one)
-            live = page.locator(".ck-timeline-table tr.ck-running", has_text="summarize (L2)").filter(has_text="manual")
-            running = page.locator(".ck-running-line", has_text="summarize")
+            live = page.locator(".ck-timeline .ck-episode.ck-running", has_text="because you called compact()")
+            running = page.locator(".ck-running-line", has_text="summarized old messages")
             try:
-                live.wait_for(timeout=40_000)
+                live.wait_for(timeout=60_000)
                 running.wait_for(timeout=10_000)
             except PlaywrightTimeout as exc:
                 page.screenshot(path=str(ARTIFACTS / "dashboard-failure.png"))
                 raise AssertionError(f"no running manual summary row; outputs:\n{_outputs_text(page)}") from exc
-            assert live.count() == 1, _outputs_text(page)
-            page.locator(".ck-dashboard").screenshot(path=str(ARTIFACTS / "dashboard-running.png"))
+            assert "now: summarized old messages" in live.inner_text(), _outputs_text(page)
+            assert _marks(page, "requests") >= 10  # the chart is live mid-run
+            page.locator(".ck-dashboard").screenshot(path=str(ARTIFACTS / "lab-dashboard-running.png"))
             done = page.locator(".jp-OutputArea-output", has_text=DONE)
             try:
-                done.wait_for(timeout=40_000)
+                done.wait_for(timeout=60_000)
             except PlaywrightTimeout as exc:
                 page.screenshot(path=str(ARTIFACTS / "dashboard-failure.png"))
                 raise AssertionError(f"the notebook did not finish; outputs:\n{_outputs_text(page)}") from exc
@@ -258,6 +289,14 @@ def test_dashboard_renders_and_updates_in_jupyterlab(lab: str) -> None:
 
             dash = page.locator(".ck-dashboard")
             dash.wait_for(timeout=10_000)
+            # the chart: one request mark per request the session sent (= turn requests the simulator got)
+            assert expected["marks"]["requests"] == expected["requests"] == expected["turn_requests"], text
+            _wait_marks(page, "requests", expected["requests"])
+            _wait_marks(page, "tokens", expected["requests"])
+            assert _marks(page, "rejections") == expected["rejected"] == 1  # a rejection mark after a rejection
+            assert _marks(page, "recoveries") == expected["marks"]["recoveries"] >= 1
+            assert _marks(page, "compactions") == expected["marks"]["compactions"] >= 1
+
             gauge = dash.locator(".ck-gauge")
             assert gauge.locator(".ck-bytes").inner_text() == expected["bytes"]
             assert gauge.locator(".ck-bytes-pct").inner_text() == expected["bytes_pct"]
@@ -267,24 +306,109 @@ def test_dashboard_renders_and_updates_in_jupyterlab(lab: str) -> None:
             assert expected["state"] in gauge.locator(".ck-state").inner_text()
             assert gauge.locator(".ck-preflight").count() == 2  # the 85% line on both bars
 
-            rows = dash.locator(".ck-timeline-table tr.ck-row")
-            assert rows.count() == expected["rows"] > 0
-            assert dash.locator(".ck-timeline-table tr.ck-running").count() == 0
-            recovered = dash.locator(".ck-timeline-table tr.ck-recovered")
-            assert recovered.count() == 1 and "waf_rejection" in recovered.inner_text()
-            summaries = dash.locator(".ck-timeline-table tr.ck-applied", has_text="summarize (L2)")
-            assert summaries.count() >= 2 and "tok)" in summaries.first.inner_text()
-            assert "manual" in summaries.first.inner_text()  # newest first: the slow one, now applied
+            episodes = dash.locator(".ck-timeline .ck-episode")
+            assert episodes.count() == expected["rows"] > 0
+            assert dash.locator(".ck-timeline .ck-episode.ck-running").count() == 0
+            recovered = dash.locator(".ck-timeline .ck-episode.ck-recovery.ck-recovered")
+            assert recovered.count() == 1 and "firewall/proxy page" in recovered.inner_text()
+            manual = dash.locator(".ck-timeline .ck-episode.ck-compaction", has_text="because you called compact()")
+            assert manual.count() == 1 and "summarized old messages" in manual.first.inner_text()
+            manual.first.locator("summary").click()  # a row expands to its phases
+            assert manual.first.locator(".ck-step").count() >= 2
 
-            archive_rows = dash.locator(".ck-archive-table tr.ck-row")
-            assert archive_rows.count() == expected["archive"] > 0
             assert dash.locator(".ck-archive-count").inner_text() == str(expected["archive"])
             assert f"history[{expected['stub']}]" in dash.locator(".ck-stub").inner_text()
             assert dash.locator(".ck-archive .ck-content").inner_text().startswith(expected["original"].strip())
+            assert dash.locator(".ck-archive .ck-diff .ck-add").count() >= 1  # the stub the model saw, as a diff
             stats = dash.locator(".ck-stats-table")
-            assert stats.locator("tr", has_text="requests").locator("td").inner_text() == str(expected["requests"])
+            requests_row = stats.locator("tr[data-key=requests]")
+            assert requests_row.locator("td").inner_text() == str(expected["requests"])
+            assert "requests sent" in requests_row.inner_text() and requests_row.get_attribute("title")
 
             dash.screenshot(path=str(ARTIFACTS / "dashboard.png"))
         finally:
             browser.close()
     assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
+
+
+@pytest.fixture()
+def voila(tmp_path: Path) -> Iterator[str]:
+    """Voila serving a copy of the tour on a free loopback port; yields the app's URL."""
+    app = tmp_path / "app"
+    app.mkdir()
+    shutil.copyfile(ROOT / "notebooks" / "01_tour.ipynb", app / "01_tour.ipynb")
+    port = _free_port()
+    env = dict(os.environ)
+    env.update(
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        JUPYTER_PLATFORM_DIRS="1",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        LITELLM_LOG="ERROR",
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
+        PATH=os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", ""))),
+    )
+    env.pop("CONTEXTKIT_NOTEBOOK_MODEL", None)
+    log = (tmp_path / "voila.log").open("w")
+    cmd = [
+        sys.executable, "-m", "voila", "01_tour.ipynb", "--no-browser", "--Voila.ip=127.0.0.1", f"--Voila.port={port}",
+        "--progressive_rendering=True", "--show_tracebacks=True",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=app)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"voila exited with {proc.returncode}:\n{(tmp_path / 'voila.log').read_text()[-3000:]}")
+            try:
+                _get(f"{base}/api/status")
+                break
+            except (urllib.error.URLError, OSError):
+                if time.monotonic() > deadline:
+                    pytest.fail(f"voila did not answer in 30 s:\n{(tmp_path / 'voila.log').read_text()[-3000:]}")
+                time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def test_the_tour_runs_as_a_voila_app(voila: str) -> None:
+    with sync_playwright() as pw:
+        browser = _launch(pw)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 1800})
+            page.goto(f"{voila}/", wait_until="domcontentloaded", timeout=60_000)
+            dash = page.locator(".ck-dashboard")
+            try:
+                dash.wait_for(timeout=90_000)
+                page.wait_for_function(
+                    "() => document.querySelectorAll(\"g.role-mark[class*=' requests_'] > *\").length >= 3",
+                    timeout=90_000,
+                )
+            except PlaywrightTimeout as exc:
+                page.screenshot(path=str(ARTIFACTS / "voila-failure.png"), full_page=True)
+                raise AssertionError(f"no live dashboard in Voila:\n{page.inner_text('body')[-3000:]}") from exc
+            dash.screenshot(path=str(ARTIFACTS / "voila-dashboard-running.png"))
+            final = page.locator("pre, .jp-OutputArea-output", has_text='"recoveries_by_level"')
+            try:
+                final.last.wait_for(timeout=180_000)
+            except PlaywrightTimeout as exc:
+                page.screenshot(path=str(ARTIFACTS / "voila-failure.png"), full_page=True)
+                raise AssertionError(f"the tour did not finish in Voila:\n{page.inner_text('body')[-3000:]}") from exc
+            stats = json.loads(final.last.inner_text().strip())
+            assert stats["requests"] > 10 and sum(stats["failures_by_kind"].values()) >= 1
+            _wait_marks(page, "requests", stats["requests"])  # one mark per request sent
+            assert _marks(page, "rejections") == sum(stats["failures_by_kind"].values()) >= 1
+            assert _marks(page, "recoveries") == sum(stats["recoveries_by_level"].values())
+            assert "Traceback" not in page.inner_text("body")
+            dash.screenshot(path=str(ARTIFACTS / "voila-dashboard.png"))
+        finally:
+            browser.close()
+    assert (ARTIFACTS / "voila-dashboard.png").stat().st_size > 10_000
