@@ -362,7 +362,9 @@ def voila(tmp_path: Path) -> Iterator[str]:
             if proc.poll() is not None:
                 pytest.fail(f"voila exited with {proc.returncode}:\n{(tmp_path / 'voila.log').read_text()[-3000:]}")
             try:
-                _get(f"{base}/api/status")
+                _get(f"{base}/voila/api/status")
+                break
+            except urllib.error.HTTPError:  # any answer means the server is up
                 break
             except (urllib.error.URLError, OSError):
                 if time.monotonic() > deadline:
