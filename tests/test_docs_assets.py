@@ -3,8 +3,8 @@
 ``docs/images/level_outcomes.svg``: per-level outcomes over several real sessions (seeds) against
 the gateway simulator (an agent reading big files, then a paste far above an unknown 128 KB
 Cloudflare-style cap), means with 95% intervals through ``contextkit.analysis``.
-``docs/images/dashboard.png``: the browser test's screenshot of the dashboard at the end of its
-run (``tests/test_widgets_browser.py`` writes ``test-artifacts/dashboard.png``).
+``docs/images/dashboard.png``: the browser test's screenshot of the tour's dashboard in Voila at
+the end of its run (``tests/test_widgets_browser.py`` writes ``test-artifacts/voila-dashboard.png``).
 
 Every run renders and checks both; the committed files are (re)written only when missing or when
 ``CONTEXTKIT_REFRESH_DOCS=1`` is set, so a test run does not dirty the work tree with images that
