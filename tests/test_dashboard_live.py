@@ -224,3 +224,21 @@ def test_status_lines_in_a_notebook_collapse_or_go_to_the_dashboard(tmp_path: Pa
     assert lines and int(lines.group(1)) >= 3 and "gateway rejected" in block["data"]["text/plain"]
     assert outputs[3] == []  # the dashboard's status log has them instead
     assert int(outputs[4][0]["text"]) >= int(lines.group(1))
+
+
+def test_status_lines_go_to_stderr_outside_a_notebook() -> None:
+    import subprocess
+    import sys
+
+    from contextkit.session import default_status, stderr_status
+
+    assert default_status() is stderr_status  # pytest is no Jupyter kernel
+    code = (
+        "from contextkit import Limits, Session\nfrom contextkit.sim import GatewaySimulator\n"
+        "with GatewaySimulator(max_body='24KB', reject_with='413') as gw:\n"
+        "    s = Session(gw.model, api_base=gw.api_base, api_key='k', limits=Limits(context_window=32_000))\n"
+        "    for i in range(4):\n        s.send(f'turn {i} ' + 'lorem ipsum ' * 800)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "[contextkit] gateway rejected" in out.stderr and "[contextkit]" not in out.stdout

@@ -23,6 +23,7 @@ installs it), never a skip.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -128,6 +129,57 @@ def _get(url: str, timeout: float = 2.0) -> bytes:
         return bytes(response.read())
 
 
+def _server_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("CONTEXTKIT_NOTEBOOK_MODEL", None)  # the simulator, always
+    env.update(
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),  # no user-level server/lab config leaks in
+        JUPYTER_PLATFORM_DIRS="1",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        LITELLM_LOG="ERROR",
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
+        PATH=os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", ""))),
+        **extra,
+    )
+    return env
+
+
+@contextlib.contextmanager
+def _serve(
+    cmd: list[str], *, cwd: Path, env: dict[str, str], log_path: Path, ready_url: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run a Jupyter server until ``ready_url`` answers (any HTTP status); stop it afterwards."""
+    name = cmd[2] if len(cmd) > 2 else cmd[0]
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                if proc.poll() is not None:
+                    pytest.fail(f"{name} exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+                try:
+                    _get(ready_url)
+                    break
+                except urllib.error.HTTPError:  # an answer, even a 403, means the server is up
+                    break
+                except (urllib.error.URLError, OSError):
+                    if time.monotonic() > deadline:
+                        pytest.fail(f"{name} did not answer in 30 s:\n{log_path.read_text()[-3000:]}")
+                    time.sleep(0.2)
+            yield proc
+        finally:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
 @pytest.fixture()
 def lab(tmp_path: Path) -> Iterator[str]:
     """A JupyterLab server on a free loopback port; yields its base URL, shuts it down after."""
@@ -142,55 +194,23 @@ def lab(tmp_path: Path) -> Iterator[str]:
     workspaces = tmp_path / "workspaces"
     workspaces.mkdir()
     port = _free_port()
-    env = dict(os.environ)
-    env.update(
-        JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "labsettings"),
-        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),  # no user-level server/lab config leaks in
-        JUPYTER_PLATFORM_DIRS="1",
-        LITELLM_LOCAL_MODEL_COST_MAP="True",
-        LITELLM_LOG="ERROR",
-        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
-        PATH=os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", ""))),
-    )
-    log = (tmp_path / "lab.log").open("w")
+    env = _server_env(tmp_path, JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "labsettings"))
     cmd = [
         sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip", "127.0.0.1",
         "--port", str(port), "--IdentityProvider.token=", "--ServerApp.password=",
         "--ServerApp.disable_check_xsrf=True", f"--LabApp.workspaces_dir={workspaces}", "--LabApp.news_url=None",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", f"--ServerApp.root_dir={notebooks}",
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=notebooks)
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"jupyter lab exited with {proc.returncode}:\n{(tmp_path / 'lab.log').read_text()[-3000:]}")
+    with _serve(cmd, cwd=notebooks, env=env, log_path=tmp_path / "lab.log", ready_url=f"{base}/api/status"):
+        try:
+            yield base
+        finally:
             try:
-                _get(f"{base}/api/status")
-                break
+                request = urllib.request.Request(f"{base}/api/shutdown", method="POST")  # also stops the kernels
+                urllib.request.urlopen(request, timeout=5).close()
             except (urllib.error.URLError, OSError):
-                if time.monotonic() > deadline:
-                    pytest.fail(f"jupyter lab did not answer in 30 s:\n{(tmp_path / 'lab.log').read_text()[-3000:]}")
-                time.sleep(0.2)
-        yield base
-    finally:
-        try:
-            request = urllib.request.Request(f"{base}/api/shutdown", method="POST")  # also stops the kernels
-            urllib.request.urlopen(request, timeout=5).close()
-        except (urllib.error.URLError, OSError):
-            pass
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        log.close()
+                pass
 
 
 def _wait_for_kernel_connection(base: str, timeout: float = 30.0) -> None:
@@ -338,47 +358,18 @@ def voila(tmp_path: Path) -> Iterator[str]:
     app.mkdir()
     shutil.copyfile(ROOT / "notebooks" / "01_tour.ipynb", app / "01_tour.ipynb")
     port = _free_port()
-    env = dict(os.environ)
-    env.update(
-        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-        JUPYTER_PLATFORM_DIRS="1",
-        LITELLM_LOCAL_MODEL_COST_MAP="True",
-        LITELLM_LOG="ERROR",
-        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
-        PATH=os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", ""))),
-    )
-    env.pop("CONTEXTKIT_NOTEBOOK_MODEL", None)
-    log = (tmp_path / "voila.log").open("w")
     cmd = [
         sys.executable, "-m", "voila", "01_tour.ipynb", "--no-browser", "--Voila.ip=127.0.0.1", f"--Voila.port={port}",
         "--progressive_rendering=True", "--show_tracebacks=True",
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=app)
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"voila exited with {proc.returncode}:\n{(tmp_path / 'voila.log').read_text()[-3000:]}")
-            try:
-                _get(f"{base}/voila/api/status")
-                break
-            except urllib.error.HTTPError:  # any answer means the server is up
-                break
-            except (urllib.error.URLError, OSError):
-                if time.monotonic() > deadline:
-                    pytest.fail(f"voila did not answer in 30 s:\n{(tmp_path / 'voila.log').read_text()[-3000:]}")
-                time.sleep(0.2)
-        yield base
-    finally:
-        proc.terminate()
+    with _serve(
+        cmd, cwd=app, env=_server_env(tmp_path), log_path=tmp_path / "voila.log", ready_url=f"{base}/voila/api/status"
+    ) as proc:
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            yield base
+        finally:
+            proc.terminate()  # Voila has no shutdown endpoint; SIGTERM stops it and its kernels
 
 
 def test_the_tour_runs_as_a_voila_app(voila: str) -> None:
