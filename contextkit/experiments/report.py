@@ -113,13 +113,14 @@ def build_report(
     results: pl.DataFrame, events: Sequence[dict[str, Any]], *, title: str = "contextkit experiment"
 ) -> str:
     """A self-contained HTML page: summary table, strategy chart, per-level outcomes of the
-    contextkit runs, and request size / prefix reuse of one contextkit run and one baseline run."""
+    contextkit runs (means over runs with 95% intervals), and request size / prefix reuse of one
+    contextkit run and one baseline run."""
     from contextkit.analysis import (
         chart_svg,
         frames,
         history_vs_cap_chart,
+        level_intervals_chart,
         level_outcomes,
-        level_outcomes_chart,
         prefix_reuse_chart,
         retention_chart,
     )
@@ -139,7 +140,7 @@ def build_report(
         chart_svg(strategy_chart(summary)),
         "<h2>Recovery and compaction levels (contextkit runs)</h2>",
         _table_html(levels),
-        chart_svg(level_outcomes_chart(levels)),
+        chart_svg(level_intervals_chart(ck)),  # per session, means with 95% intervals over the runs
         chart_svg(retention_chart(ck)),
     ]
     for strategy in ("contextkit", "none", "sliding-window"):
