@@ -27,7 +27,9 @@ OPTIONAL = ("ipywidgets", "polars", "altair", "anywidget", "vl_convert", "pyarro
 
 def _run(cmd: list[str], *, cwd: Path, timeout: float = 600, env: dict[str, str] | None = None) -> str:
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, (
+        f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     return proc.stdout
 
 
@@ -45,7 +47,19 @@ def core_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     venv = tmp_path_factory.mktemp("core-venv")
     _run([sys.executable, "-m", "venv", str(venv)], cwd=venv)
     python = venv / "bin" / "python"
-    install = [str(python), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(WHEELHOUSE), str(wheel)]
+    # --no-compile: byte-compiling all of litellm at install time costs more than compiling what is imported
+    install = [
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-compile",
+        "--no-index",
+        "--find-links",
+        str(WHEELHOUSE),
+        str(wheel),
+    ]
     proc = subprocess.run(install, cwd=venv, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:  # first run, or the requirements changed: fill the wheelhouse from the index
         WHEELHOUSE.mkdir(parents=True, exist_ok=True)
