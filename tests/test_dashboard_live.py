@@ -242,3 +242,16 @@ def test_status_lines_go_to_stderr_outside_a_notebook() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "[contextkit] gateway rejected" in out.stderr and "[contextkit]" not in out.stdout
+
+
+def test_the_stub_diff_shows_kept_removed_and_added_lines() -> None:
+    from contextkit.widgets.browser import stub_diff_html
+
+    original = "\n".join(f"line {i}: value {i * 7}" for i in range(1, 101))
+    head, tail = original.splitlines()[:3], original.splitlines()[-3:]
+    stub = "\n".join([*head, "[... 94 lines archived: recall <<ccr:0123456789abcdef>> ...]", *tail])
+    html = stub_diff_html(original, stub)
+    assert html.count("<div class='ck-same'>") == 6  # the preview kept the head and the tail
+    assert "… 88 more lines removed (archived) …" in html  # 94 removed: 3 shown each side, the rest collapsed
+    assert "<div class='ck-add'>[... 94 lines archived: recall &lt;&lt;ccr:0123456789abcdef&gt;&gt; ...]</div>" in html
+    assert stub_diff_html("same\ntext", "same\ntext").count("ck-del") == 0  # nothing removed, nothing struck

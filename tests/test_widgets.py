@@ -192,7 +192,9 @@ def test_timeline_groups_a_compaction_into_one_row_whose_running_phase_is_replac
             identifier_retention=0.9, status="Summary applied",
         )
     )  # fmt: skip
-    s.events.append(CompactionEvent(trigger="auto", phase="done", outcome="applied", bytes_before=90_000, bytes_after=12_000))
+    s.events.append(
+        CompactionEvent(trigger="auto", phase="done", outcome="applied", bytes_before=90_000, bytes_after=12_000)
+    )
     assert len(timeline.rows) == 1 and timeline.running == ""
     row = timeline.rows[0]
     assert row["outcome"] == "applied" and [st["phase"] for st in row["steps"]] == ["microcompact", "summarize"]
@@ -215,11 +217,19 @@ def test_timeline_groups_a_recovery_ladder_into_one_row() -> None:
         )
     )  # fmt: skip
     assert timeline.rows[0]["outcome"] == "retrying" and "trying level 1" in timeline.rows[0]["summary"]
-    s.events.append(RecoveryEvent(failure_kind="payload_too_large", level=2, attempt=2, bytes_before=70_000, bytes_after=40_000))
-    s.events.append(RecoveryEvent(level=2, attempt=2, bytes_before=40_000, outcome="recovered", archived_keys=("a" * 16,)))
+    s.events.append(
+        RecoveryEvent(failure_kind="payload_too_large", level=2, attempt=2, bytes_before=70_000, bytes_after=40_000)
+    )
+    s.events.append(
+        RecoveryEvent(level=2, attempt=2, bytes_before=40_000, outcome="recovered", archived_keys=("a" * 16,))
+    )
     assert len(timeline.rows) == 1
     row = timeline.rows[0]
-    assert row["outcome"] == "recovered" and [st["outcome"] for st in row["steps"]] == ["retrying", "retrying", "recovered"]
+    assert row["outcome"] == "recovered" and [st["outcome"] for st in row["steps"]] == [
+        "retrying",
+        "retrying",
+        "recovered",
+    ]
     assert row["summary"] == (
         "Recovery after the gateway refused the body as too large (413) · recovered at level 2: summarize old "
         "messages · 2 steps"
@@ -282,8 +292,14 @@ def test_archive_browser_lists_entries_shows_content_and_stub() -> None:
     assert browser.stub_indices == [3] and "history[3] (user)" in browser.stub.value
     # the stub the model saw, next to the original, as a small diff
     assert browser.stub_text == f"[Old tool result cleared] {marker(key1)}"
-    assert "what the model saw" in browser.stub.value and "<div class='ck-add'>[Old tool result cleared]" in browser.stub.value
-    assert "more lines removed (archived)" in browser.stub.value and "<div class='ck-del'>def parse_config" in browser.stub.value
+    assert (
+        "what the model saw" in browser.stub.value
+        and "<div class='ck-add'>[Old tool result cleared]" in browser.stub.value
+    )
+    assert (
+        "more lines removed (archived)" in browser.stub.value
+        and "<div class='ck-del'>def parse_config" in browser.stub.value
+    )
 
     # the stub moves when the history changes; the view follows on the HistoryEvent
     s.history = [Message.system("sys"), Message.user(f"summary {marker(key1)}")]
@@ -358,7 +374,10 @@ def test_dashboard_combines_panels_and_updates_stats() -> None:
     s.events.append(RequestEvent(bytes=5000, outcome="ok"))
     assert dash.stats.stats["requests"] == 3
     # plain words with a tooltip, not the counter's name
-    assert "requests refused, by reason" in dash.stats.table.value and "failures_by_kind" not in dash.stats.table.value.split("data-key=")[0]
+    assert (
+        "requests refused, by reason" in dash.stats.table.value
+        and "failures_by_kind" not in dash.stats.table.value.split("data-key=")[0]
+    )
     assert "1 × the gateway refused the body as too large (413)" in dash.stats.table.value
     assert "title='Requests the gateway or the provider refused" in dash.stats.table.value
     s.events.append(history_event(90_000))

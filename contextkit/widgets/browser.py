@@ -94,7 +94,7 @@ def _item_key(item: Any) -> str | None:
 
 
 class ArchiveBrowser(FeedView, W.VBox):
-    """Entries table, recall search, original content and stub location of the selected entry."""
+    """One entry list, recall search, and the selected original next to the stub the model saw (a diff)."""
 
     entries: T.List[dict[str, Any]] = T.List(help="entry rows (key, kind, origin, size, bytes, turn), oldest first")
     visible_keys: T.List[str] = T.List(help="keys listed right now (all, or the search results)")
