@@ -255,3 +255,21 @@ def test_the_stub_diff_shows_kept_removed_and_added_lines() -> None:
     assert "… 88 more lines removed (archived) …" in html  # 94 removed: 3 shown each side, the rest collapsed
     assert "<div class='ck-add'>[... 94 lines archived: recall &lt;&lt;ccr:0123456789abcdef&gt;&gt; ...]</div>" in html
     assert stub_diff_html("same\ntext", "same\ntext").count("ck-del") == 0  # nothing removed, nothing struck
+
+
+def test_the_streaming_count_redraws_every_few_tokens_not_every_delta() -> None:
+    from contextkit.widgets import HistoryGauge
+
+    @dataclass
+    class S:
+        events: EventLog
+
+    log = EventLog()
+    gauge = HistoryGauge(S(log))
+    renders: list[str] = []
+    gauge.info.observe(lambda change: renders.append(change["new"]), names="value")
+    for n in range(1, 41):  # one token per delta
+        log.append(Stream(kind="delta", tokens_so_far=n))
+    assert 4 <= len(renders) <= 6 and gauge.answer_tokens in range(33, 41)
+    log.append(Stream(kind="done", tokens_so_far=40))
+    assert gauge.answer_tokens == 40 and "last streamed answer: <b class='ck-answer-tokens'>40</b>" in gauge.info.value

@@ -34,6 +34,7 @@ CACHE_HELP = (
     "The cache is lost when the start of the history changes, e.g. after a compaction."
 )
 CAP_HELP = "The largest request body the gateway accepts, as far as this session knows."
+STREAM_STEP = 8  # tokens between two redraws of the streaming count
 
 
 class HistoryGauge(FeedView, W.VBox):
@@ -118,8 +119,12 @@ class HistoryGauge(FeedView, W.VBox):
         elif getattr(event, "type", "") == "stream":  # StreamEvent (events.StreamEvent when present)
             kind = str(getattr(event, "kind", ""))
             if kind in ("delta", "tool_round", "continuation", "retry"):
+                was_streaming, shown = self.streaming, self.answer_tokens
                 self.streaming = True
                 self.answer_tokens = int(getattr(event, "tokens_so_far", 0) or 0)
+                if kind == "delta" and was_streaming and 0 <= self.answer_tokens - shown < STREAM_STEP:
+                    self.answer_tokens = shown  # one redraw per few tokens, not one per delta
+                    return
             elif kind == "voided":
                 self.answer_tokens = 0
             elif kind in ("done", "cancelled"):
