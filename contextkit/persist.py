@@ -66,7 +66,7 @@ def archive_copy_path(path: str | os.PathLike[str]) -> Path:
     return target.with_name(target.stem + ".archive.sqlite")
 
 
-def save_session(session: Session, path: str | os.PathLike[str]) -> Path:
+def save_session(session: Any, path: str | os.PathLike[str]) -> Path:
     """Write the session; an in-memory archive is first copied next to it (with a warning), so the
     saved file never cites markers that no archive holds."""
     data = session_to_dict(session)

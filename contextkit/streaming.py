@@ -28,8 +28,10 @@ back as it was before the turn.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from contextkit.effects import CallModel, ModelReply, Reply, StreamNote
 from contextkit.events import EventLog, StreamEvent
@@ -38,7 +40,26 @@ from contextkit.messages import Message
 from contextkit.sizing import text_tokens
 
 if TYPE_CHECKING:
-    from contextkit.session import Session
+    from contextkit.driver import EffectRunner
+    from contextkit.flowctx import FlowContext
+    from contextkit.state import SessionState
+
+
+class Session(Protocol):
+    """What the drivers need of a ``contextkit.session.Session`` (which imports this module, so it
+    is described here rather than imported: no import cycle)."""
+
+    model: str
+    session_id: str
+    events: EventLog
+    _state: SessionState
+    _runner: EffectRunner
+    _lock: threading.RLock
+
+    def _context(self) -> FlowContext: ...
+    def _turn(self, what: str) -> contextlib.AbstractContextManager[None]: ...
+    def _closing(self, flow: Any) -> contextlib.AbstractContextManager[None]: ...
+    def _async_lock(self) -> asyncio.Lock: ...
 
 
 class StreamTap:
