@@ -57,7 +57,8 @@ def _log() -> EventLog:
     add(RecoveryEvent(session_id="a", turn=2, failure_kind="waf_rejection", level=1, attempt=1, outcome="retrying",
                       bytes_before=200_000, bytes_after=120_000, tokens_before=50_000, tokens_after=30_000, latency_s=0.5))  # fmt: skip
     add(RequestEvent(session_id="a", turn=2, attempt=2, level=1, bytes=120_000, tokens=30_000, cost=0.01,
-                     prefix_shared_bytes=60_000, prefix_share=0.3))  # fmt: skip
+                     prefix_shared_bytes=60_000, prefix_share=0.3, prompt_tokens=30_000, cached_prompt_tokens=20_000,
+                     cache_write_tokens=4_000, append_only=False))  # fmt: skip
     add(RecoveryEvent(session_id="a", turn=2, level=1, attempt=1, outcome="recovered"))
     add(CompactionEvent(session_id="a", turn=3, phase="summarize", level=2, outcome="applied", bytes_before=120_000,
                         bytes_after=20_000, summarizer_prompt_tokens=900, summarizer_completion_tokens=100,
@@ -106,6 +107,9 @@ def test_requests_frame_tracks_cap_window_and_index_per_session() -> None:
     assert a["failure_kind"].to_list() == [None, "waf_rejection", None]
     assert a["status"].to_list() == [None, 403, None]
     assert a["prefix_share"].to_list() == [None, 0.9, 0.3]
+    assert a["cached_prompt_tokens"].to_list() == [0, 0, 20_000]
+    assert a["cache_write_tokens"].to_list() == [0, 0, 4_000]
+    assert a["append_only"].to_list() == [None, None, False]
     b = req.filter(pl.col("session_id") == "b")
     assert b["request_index"].to_list() == [0, 1, 2]
     assert b["cap_bytes"].to_list() == [None, None, None]

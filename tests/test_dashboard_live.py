@@ -1,23 +1,20 @@
 """The dashboard's live chart, header and status lines (issue 17).
 
 The chart is checked on what a browser would draw: the Vega-Lite spec rendered to SVG offline by
-vl-convert, counting the marks of each named layer. Stream and cache fields are read from the
-agreed interfaces (``StreamEvent``; ``RequestEvent.cached_prompt_tokens`` / ``append_only``): until
-their owners land them, the tests append synthetic events with those fields to a real EventLog.
+vl-convert, counting the marks of each named layer. Stream and cache fields come from the real
+``StreamEvent`` and ``RequestEvent.cached_prompt_tokens`` / ``append_only``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from contextkit import events as ev
 from contextkit.events import (
     CapEvent,
     CompactionEvent,
@@ -27,6 +24,7 @@ from contextkit.events import (
     NoticeEvent,
     RecoveryEvent,
     RequestEvent,
+    StreamEvent,
 )
 from contextkit.state import SessionStats
 from contextkit.widgets.labels import STATS, stat_label, stat_value
@@ -34,51 +32,23 @@ from contextkit.widgets.series import SessionSeries
 
 ROOT = Path(__file__).resolve().parents[1]
 
-if "append_only" in {f.name for f in fields(RequestEvent)}:
-    CacheRequest: type[RequestEvent] = RequestEvent
-else:
-
-    @dataclass(frozen=True, kw_only=True)
-    class _CacheRequest(RequestEvent):  # the cache engineer's fields, as agreed in TEAM.md
-        cached_prompt_tokens: int = 0
-        cache_write_tokens: int = 0
-        append_only: bool | None = None
-
-    CacheRequest = _CacheRequest
-
-if hasattr(ev, "StreamEvent"):
-    Stream: Any = ev.StreamEvent
-else:
-
-    @dataclass(frozen=True, kw_only=True)
-    class _Stream(Event):  # the streaming engineer's event, as agreed in TEAM.md
-        type: ClassVar[str] = "stream"
-        kind: str = "delta"
-        text: str = ""
-        chars_so_far: int = 0
-        tokens_so_far: int = 0
-        reason: str = ""
-        level: int = 0
-
-    Stream = _Stream
-
 
 def story() -> list[Event]:
     """Four requests: one refused by the gateway, a learned cap, a recovery at level 2 with a
     compaction, a turn-boundary microcompact, and a cache break after the compaction."""
     return [
         HistoryEvent(bytes=10_000, tokens=2_500, messages=3, context_window=32_000),
-        CacheRequest(bytes=10_000, tokens=2_500, prompt_tokens=2_500, outcome="ok"),
+        RequestEvent(bytes=10_000, tokens=2_500, prompt_tokens=2_500, outcome="ok"),
         NoticeEvent(code="microcompact", text="microcompact: 1 truncated, 0 summarized, 20 KB freed"),
-        CacheRequest(bytes=90_000, tokens=20_000, outcome="rejected", failure_kind="waf_rejection", status=403, append_only=True),
+        RequestEvent(bytes=90_000, tokens=20_000, outcome="rejected", failure_kind="waf_rejection", status=403, append_only=True),
         CapEvent(cap_bytes=67_500, rejected_bytes=90_000, source="learned"),
         CompactionEvent(trigger="recovery", phase="start", outcome="running", bytes_before=90_000),
         CompactionEvent(trigger="recovery", phase="summarize", level=2, outcome="applied", bytes_before=90_000, bytes_after=40_000),
         CompactionEvent(trigger="recovery", phase="done", level=2, outcome="applied", bytes_before=90_000, bytes_after=40_000),
         RecoveryEvent(failure_kind="waf_rejection", level=2, attempt=1, outcome="retrying", bytes_before=90_000, bytes_after=40_000),
-        CacheRequest(bytes=40_000, tokens=9_000, prompt_tokens=9_000, level=2, outcome="ok", append_only=False),
+        RequestEvent(bytes=40_000, tokens=9_000, prompt_tokens=9_000, level=2, outcome="ok", append_only=False),
         RecoveryEvent(level=2, attempt=1, outcome="recovered", bytes_before=40_000),
-        CacheRequest(bytes=41_000, tokens=9_200, prompt_tokens=9_200, cached_prompt_tokens=8_800, outcome="ok", append_only=True, cost=0.0123),
+        RequestEvent(bytes=41_000, tokens=9_200, prompt_tokens=9_200, cached_prompt_tokens=8_800, outcome="ok", append_only=True, cost=0.0123),
     ]  # fmt: skip
 
 
@@ -169,21 +139,21 @@ def test_header_counts_the_streamed_answer_and_shows_the_cached_share() -> None:
     log = EventLog()
     gauge = HistoryGauge(S(log))
     log.append(
-        CacheRequest(
+        RequestEvent(
             bytes=1000, tokens=900, prompt_tokens=900, cached_prompt_tokens=600, outcome="ok", append_only=True
         )
     )
     assert gauge.cached_share == pytest.approx(600 / 900) and "67% of the last prompt from cache" in gauge.info.value
     for n in (3, 11, 27):
-        log.append(Stream(kind="delta", text="x", tokens_so_far=n, chars_so_far=n * 4))
+        log.append(StreamEvent(kind="delta", text="x", tokens_so_far=n, chars_so_far=n * 4))
         assert gauge.streaming and gauge.answer_tokens == n
         assert f"answer so far: <b class='ck-answer-tokens'>{n:,}</b> tokens" in gauge.info.value
-    log.append(Stream(kind="voided", reason="retry"))
+    log.append(StreamEvent(kind="voided", reason="retry"))
     assert gauge.answer_tokens == 0 and gauge.streaming
-    log.append(Stream(kind="delta", tokens_so_far=5))
-    log.append(Stream(kind="done", tokens_so_far=41))
+    log.append(StreamEvent(kind="delta", tokens_so_far=5))
+    log.append(StreamEvent(kind="done", tokens_so_far=41))
     assert not gauge.streaming and gauge.answer_tokens == 41 and "last streamed answer" in gauge.info.value
-    log.append(CacheRequest(bytes=1000, tokens=900, prompt_tokens=900, outcome="ok", append_only=False))
+    log.append(RequestEvent(bytes=1000, tokens=900, prompt_tokens=900, outcome="ok", append_only=False))
     assert gauge.cache_broken and "cache lost" in gauge.info.value and gauge.last_error is None
 
 
@@ -194,6 +164,7 @@ def test_every_counter_has_a_plain_label_and_an_explanation() -> None:
         label, help_text = stat_label(name)
         assert "_" not in label and len(help_text) > 30, name
     assert stat_label("level3_falls")[0] == "times the session had to cut messages"
+    assert stat_value("cached_share", 0.5) == "50%" and stat_value("cached_share", None) == "not reported"
     assert (
         stat_value("failures_by_kind", {"payload_too_large": 2})
         == "2 × the gateway refused the body as too large (413)"
@@ -269,7 +240,7 @@ def test_the_streaming_count_redraws_every_few_tokens_not_every_delta() -> None:
     renders: list[str] = []
     gauge.info.observe(lambda change: renders.append(change["new"]), names="value")
     for n in range(1, 41):  # one token per delta
-        log.append(Stream(kind="delta", tokens_so_far=n))
+        log.append(StreamEvent(kind="delta", tokens_so_far=n))
     assert 4 <= len(renders) <= 6 and gauge.answer_tokens in range(33, 41)
-    log.append(Stream(kind="done", tokens_so_far=40))
+    log.append(StreamEvent(kind="done", tokens_so_far=40))
     assert gauge.answer_tokens == 40 and "last streamed answer: <b class='ck-answer-tokens'>40</b>" in gauge.info.value

@@ -120,7 +120,7 @@ def test_gauge_shows_the_cached_share_and_cache_breaks() -> None:
     s.events.append(RequestEvent(prompt_tokens=2_000, cached_prompt_tokens=1_500, append_only=True))
     s.events.append(RequestEvent(prompt_tokens=1_000, cached_prompt_tokens=500, append_only=False))
     assert (gauge.prompt_tokens, gauge.cached_tokens, gauge.cache_breaks) == (4_000, 2_000, 1)
-    assert "cached <b>50%</b> of 4,000 prompt tokens · 1 cache breaks" in gauge.info.value
+    assert "cache lost (<b>50%</b> of 4,000 prompt tokens so far, 1 cache break)" in gauge.info.value
     assert HistoryGauge(s).cache_breaks == 1  # replayed from the log
 
 

@@ -9,7 +9,9 @@ requests — one row per request attempt (``RequestEvent``), in log order:
     tokens i64, messages i64, outcome str (ok | rejected | error | length), failure_kind str?,
     status i64?, latency_s f64, prompt_tokens i64, completion_tokens i64, cost f64,
     prefix_shared_bytes i64, prefix_share f64? (null for the first request), purpose str
-    (turn | summary | continuation), cap_bytes i64? and context_window i64? (the payload cap and
+    (turn | summary | continuation | probe), cached_prompt_tokens i64 and cache_write_tokens i64
+    (parts of prompt_tokens read from / written to the provider's prompt cache), append_only bool?
+    (the previous request body is a prefix of this one; null for the first request), cap_bytes i64? and context_window i64? (the payload cap and
     window in force when the request was sent, from the latest ``CapEvent``/``HistoryEvent``
     before it), request_index i64 (0-based position among the session's requests).
 
@@ -73,6 +75,9 @@ REQUESTS_SCHEMA = pl.Schema(
         "prefix_shared_bytes": _I64,
         "prefix_share": _F64,
         "purpose": _STR,
+        "cached_prompt_tokens": _I64,
+        "cache_write_tokens": _I64,
+        "append_only": _BOOL,
         "cap_bytes": _I64,
         "context_window": _I64,
         "request_index": _I64,
@@ -211,6 +216,9 @@ def frames(events: EventLog | Iterable[Event | Mapping[str, Any]]) -> Frames:
                     "prefix_shared_bytes": e.prefix_shared_bytes,
                     "prefix_share": e.prefix_share,
                     "purpose": e.purpose,
+                    "cached_prompt_tokens": e.cached_prompt_tokens,
+                    "cache_write_tokens": e.cache_write_tokens,
+                    "append_only": e.append_only,
                     "cap_bytes": cap.get(sid),
                     "context_window": window.get(sid),
                     "request_index": n,

@@ -6,9 +6,10 @@ side by side), the pressure, the learned cap, the cached share of the last reque
 
 A thin view: its state comes from ``HistoryEvent`` (sizes of the next request, cap, window),
 ``CapEvent`` (how the cap was set or learned), ``NoticeEvent`` (the last warning), ``RequestEvent``
-(``cached_prompt_tokens``/``append_only``, read with defaults) and stream events (``type ==
-"stream"``: ``kind``, ``tokens_so_far``). Colour follows the pressure, the larger of the two
-ratios: green below 70%, amber below the pre-flight ratio (85%), red from it on.
+(``cached_prompt_tokens``/``append_only``: the last prompt's cached share, the session's share so
+far and its cache breaks, as in ``SessionStats``) and ``StreamEvent`` (``kind``, ``tokens_so_far``).
+Colour follows the pressure, the larger of the two ratios: green below 70%, amber below the
+pre-flight ratio (85%), red from it on.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import ipywidgets as W
 import traitlets as T
 
-from contextkit.events import CapEvent, Event, HistoryEvent, NoticeEvent, RequestEvent
+from contextkit.events import CapEvent, Event, HistoryEvent, NoticeEvent, RequestEvent, StreamEvent
 from contextkit.sizing import format_size
 from contextkit.widgets._view import EventFeed, FeedView, call_quietly, events_of
 from contextkit.widgets.html import AMBER_AT, COLOURS, RED_AT, bar_html, esc, pressure_state, ratio
@@ -30,8 +31,9 @@ BYTES_HELP = (
 TOKENS_HELP = "Tokens of the next request: what the model's context window limits."
 PRESSURE_HELP = "The fuller of the two bars. Green below 70%; amber below the pre-flight point; red from it."
 CACHE_HELP = (
-    "How much of the last request's prompt the provider read from its prompt cache (cheaper and faster). "
-    "The cache is lost when the start of the history changes, e.g. after a compaction."
+    "How much of the last request's prompt the provider read from its prompt cache (cheaper and faster), "
+    "and of all prompts so far. The cache is lost (a cache break) when the start of the history changes, "
+    "e.g. after a compaction."
 )
 CAP_HELP = "The largest request body the gateway accepts, as far as this session knows."
 STREAM_STEP = 8  # tokens between two redraws of the streaming count
@@ -57,6 +59,9 @@ class HistoryGauge(FeedView, W.VBox):
     answer_tokens = T.Int(0, help="tokens of the answer streamed so far (or of the last streamed answer)")
     cached_share = T.Float(None, allow_none=True, help="share of the last request's prompt read from the cache")
     cache_broken = T.Bool(False, help="the last request did not start like the one before (prompt cache lost)")
+    prompt_tokens = T.Int(0, help="prompt tokens billed so far (turn requests, as SessionStats counts them)")
+    cached_tokens = T.Int(0, help="of which the provider read from its prompt cache")
+    cache_breaks = T.Int(0, help="requests whose previous request body was not a prefix")
 
     def __init__(self, session: Any, **kwargs: Any) -> None:
         events = events_of(session, panel="HistoryGauge")
@@ -111,17 +116,20 @@ class HistoryGauge(FeedView, W.VBox):
         elif isinstance(event, RequestEvent):
             if event.purpose == "summary":
                 return
-            cached = int(getattr(event, "cached_prompt_tokens", 0) or 0)
+            cached = event.cached_prompt_tokens
             prompt = event.prompt_tokens or event.tokens
-            reported = cached or getattr(event, "append_only", None) is not None
+            reported = cached or event.append_only is not None
             self.cached_share = (cached / prompt if prompt else 0.0) if reported and event.outcome == "ok" else None
-            self.cache_broken = getattr(event, "append_only", None) is False
-        elif getattr(event, "type", "") == "stream":  # StreamEvent (events.StreamEvent when present)
-            kind = str(getattr(event, "kind", ""))
+            self.cache_broken = event.append_only is False
+            self.prompt_tokens += event.prompt_tokens
+            self.cached_tokens += cached
+            self.cache_breaks += event.append_only is False
+        elif isinstance(event, StreamEvent):
+            kind = event.kind
             if kind in ("delta", "tool_round", "continuation", "retry"):
                 was_streaming, shown = self.streaming, self.answer_tokens
                 self.streaming = True
-                self.answer_tokens = int(getattr(event, "tokens_so_far", 0) or 0)
+                self.answer_tokens = event.tokens_so_far
                 if kind == "delta" and was_streaming and 0 <= self.answer_tokens - shown < STREAM_STEP:
                     self.answer_tokens = shown  # one redraw per few tokens, not one per delta
                     return
@@ -129,7 +137,7 @@ class HistoryGauge(FeedView, W.VBox):
                 self.answer_tokens = 0
             elif kind in ("done", "cancelled"):
                 self.streaming = False
-                self.answer_tokens = int(getattr(event, "tokens_so_far", 0) or self.answer_tokens)
+                self.answer_tokens = event.tokens_so_far or self.answer_tokens
         else:
             return
         if not self._feed.replaying:
@@ -178,9 +186,18 @@ class HistoryGauge(FeedView, W.VBox):
             f"<span title='{esc(PRESSURE_HELP)}'>how full <b class='ck-state' style='color:{self.colour}'>"
             f"{self.pressure:.0%} {self.state}</b></span>",
         ]
-        if self.cached_share is not None or self.cache_broken:
+        if self.cached_share is not None or self.cache_broken or self.prompt_tokens:
             text = "cache lost" if self.cache_broken else f"{self.cached_share or 0:.0%} of the last prompt from cache"
-            parts.append(f"<span class='ck-cache' title='{esc(CACHE_HELP)}'>{esc(text)}</span>")
+            if self.cached_share is None and not self.cache_broken:
+                text = "prompt cache"
+            breaks = f", {self.cache_breaks} cache break{'' if self.cache_breaks == 1 else 's'}"
+            total = (
+                f" (<b>{self.cached_tokens / self.prompt_tokens:.0%}</b> of {self.prompt_tokens:,} prompt tokens so far"
+                f"{breaks})"
+                if self.prompt_tokens
+                else ""
+            )
+            parts.append(f"<span class='ck-cache' title='{esc(CACHE_HELP)}'>{esc(text)}{total}</span>")
         if self.streaming or self.answer_tokens:
             what = "answer so far" if self.streaming else "last streamed answer"
             dot = "<span style='color:#f9a825'>●</span> " if self.streaming else ""

@@ -65,6 +65,24 @@ STATS: dict[str, tuple[str, str]] = {
         "Times an answer hit the output-token limit and the session asked the model to continue.",
     ),
     "tool_calls": ("tool calls run", "Times the model asked for a tool (read a file, grep, …) and the session ran it."),
+    "cached_prompt_tokens": (
+        "input tokens read from the prompt cache",
+        "Input tokens the provider did not have to process again because the request started like an earlier "
+        "one; they are billed at a discount.",
+    ),
+    "cache_write_tokens": (
+        "input tokens written to the prompt cache",
+        "Input tokens the provider stored for later requests (some providers bill the writing at a premium).",
+    ),
+    "cache_breaks": (
+        "times the prompt cache was lost",
+        "Requests that did not start like the request before (e.g. after a compaction), so the provider "
+        "could not reuse its cached prompt.",
+    ),
+    "cached_share": (
+        "share of input read from the cache",
+        "Cached input tokens divided by all input tokens billed: the higher, the cheaper and faster.",
+    ),
 }
 
 PHASES: dict[str, tuple[str, str]] = {
@@ -150,6 +168,8 @@ def stat_value(key: str, value: Any) -> str:
         if key == "recoveries_by_level":
             return ", ".join(f"{v} × level {k}" for k, v in sorted(value.items()))
         return ", ".join(f"{k}: {v}" for k, v in value.items())
+    if key.endswith("_share"):
+        return "not reported" if value is None else f"{value:.0%}"
     if isinstance(value, float):
         return f"${value:.4f}" if "cost" in key else f"{value:.4g}"
     if isinstance(value, int) and "bytes" in key:

@@ -125,8 +125,8 @@ class SessionSeries:
 
     def _request_row(self, event: RequestEvent) -> Row:
         n = len(self.requests) + 1
-        cached = int(getattr(event, "cached_prompt_tokens", 0) or 0)
-        append_only = getattr(event, "append_only", None)
+        cached = event.cached_prompt_tokens
+        append_only = event.append_only
         prompt = event.prompt_tokens or event.tokens
         share = cached / prompt if prompt and cached else 0.0
         if event.outcome == "ok":
