@@ -66,6 +66,9 @@ def connection(gw):
         return PROVIDER, {}
     return gw.model, {"api_base": gw.api_base, "api_key": "sim-key"}
 
+import tempfile
+from pathlib import Path
+
 from contextkit import Limits, Session, format_size
 from contextkit.archive import Archive
 from contextkit.sim import GatewaySimulator, Workspace, agent_steps
@@ -73,6 +76,7 @@ from contextkit.sim import GatewaySimulator, Workspace, agent_steps
 gw = GatewaySimulator(context_window=128_000, max_body="128KB", reject_with="waf403").start()
 model, kwargs = connection(gw)
 workspace = Workspace(seed=7, target_bytes=40_000)  # a synthetic repository: 20-60 KB per tool output
+workdir = Path(tempfile.mkdtemp())  # the archive and the saved session go here
 
 session = Session(
     model,
@@ -80,7 +84,8 @@ session = Session(
     system="You are a careful coding agent. Read files, then report what you found.",
     # a real provider has no 128 KB gateway in front of it here, so tell the session the cap instead
     limits=Limits(context_window=128_000, max_payload="128KB" if PROVIDER else None),
-    archive=Archive.in_memory(session_id="tour"),
+    # everything the session removes is archived here (SQLite) before it goes; `recall` reads it back
+    archive=Archive(workdir / "tour.sqlite", session_id="tour"),
     tools=list(workspace.tools.values()),
     session_id="tour",
     # status lines (phases, notices): in a notebook they go to the dashboard's status log, or to one
@@ -195,12 +200,9 @@ print("what the archive holds  :", format_size(len(session.archive.get(key).enco
 # reference; `Session.load` resumes it (pass the credentials again — they are never written).
 
 # %%
-import tempfile
-from pathlib import Path
-
 reply = session.send("What is left to do?")
 print(reply.text)
-path = session.save(Path(tempfile.mkdtemp()) / "tour.json")
+path = session.save(workdir / "tour.json")
 again = Session.load(path, archive=session.archive, status=None, **kwargs)
 print("resumed:", again)
 

@@ -15,7 +15,7 @@ notebook this script:
    from the kernel at the end of the run: the dashboard as HTML with its chart as a PNG rendered
    by vl-convert, altair charts as PNG, progress bars as text (``contextkit.widgets.static``);
 3. scrubs what would differ between machines or runs: absolute paths, loopback ports, memory
-   addresses, timing metadata;
+   addresses, timing metadata, and numbers the cells by position (jupytext's ids are random);
 4. writes ``notebooks/NN_name.ipynb`` (same cells as the ``.py``: tests/test_notebooks_text.py
    checks the pair; tests/test_notebooks_outputs.py checks the outputs).
 
@@ -72,6 +72,12 @@ def _scrub_outputs(nb: Any) -> None:
             output.get("metadata", {}).pop("execution", None)
 
 
+def stable_ids(nb: Any, py: Path) -> None:
+    """Cell ids by position ("01-03"): jupytext makes random ones, which would churn every diff."""
+    for index, cell in enumerate(nb.cells):
+        cell["id"] = f"{py.stem[:2]}-{index:02d}"
+
+
 def _replace_widgets(nb: Any, snapshots: dict[str, list[dict[str, str]]]) -> None:
     import nbformat
 
@@ -118,6 +124,7 @@ def execute(py: Path, *, timeout: int = 600) -> Any:
     snapshots = json.loads(line[len(SNAPSHOT_MARK) :]) if line else {}
     _replace_widgets(nb, snapshots)
     _scrub_outputs(nb)
+    stable_ids(nb, py)
     nb.metadata.pop("widgets", None)
     nb.metadata[SOURCE_HASH] = source_hash(py)
     return nb

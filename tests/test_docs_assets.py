@@ -2,7 +2,8 @@
 
 ``docs/images/level_outcomes.svg``: per-level outcomes over several real sessions (seeds) against
 the gateway simulator (an agent reading big files, then a paste far above an unknown 128 KB
-Cloudflare-style cap), means with 95% intervals through ``contextkit.analysis``.
+Cloudflare-style cap), priced as a real model (``price_as``), means with 95% intervals through
+``contextkit.analysis``.
 ``docs/images/dashboard.png``: the browser test's screenshot of the tour's dashboard in Voila at
 the end of its run (``tests/test_widgets_browser.py`` writes ``test-artifacts/voila-dashboard.png``).
 
@@ -33,6 +34,7 @@ def _refresh(target: Path) -> bool:
 
 
 SEEDS = range(1, 7)
+PRICE_AS = "anthropic/claude-sonnet-4-5"
 
 
 def pressure_story(seed: int) -> list[dict[str, object]]:
@@ -55,6 +57,7 @@ def pressure_story(seed: int) -> list[dict[str, object]]:
             session_id=f"docs-{seed}",
             status=None,
             on_flush=None,
+            price_as=PRICE_AS,  # real prices (cache reads and writes included), so the cost panel is not empty
         )
         for i, (tool, args) in enumerate(agent_steps(seed=seed, steps=8), 1):
             session.send(f"Step {i}: [[tool:{tool} {json.dumps(args)}]]")
@@ -83,6 +86,8 @@ def test_level_outcomes_chart_for_the_readme(pressure_events: list[dict[str, obj
     fired = table.filter(pl.col("metric") == "times fired per session")
     assert fired["sessions"].max() == len(SEEDS)  # aggregated over every seed, not n = 1
     assert (table["low"] <= table["mean"]).all() and (table["mean"] <= table["high"]).all()
+    cost = table.filter(pl.col("metric") == "cost per session (USD)")
+    assert cost.height and (cost["mean"] > 0).any(), "the cost panel must show real prices"
     path = save_chart(level_intervals_chart(table), tmp_path / "level_outcomes.svg")
     svg = path.read_text(encoding="utf-8")
     assert svg.lstrip().startswith("<svg") and "recovery L1" in svg and "success rate" in svg

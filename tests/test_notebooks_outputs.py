@@ -42,6 +42,8 @@ def test_stored_outputs_are_current_complete_and_clean(path: Path) -> None:
     assert not ex.stale(py), (
         f"{path.name} has outputs of an older {py.name}: run python scripts/execute_notebooks.py {py.relative_to(ROOT)}"
     )
+    ids = [c.get("id") for c in nb["cells"]]
+    assert ids == [f"{path.stem[:2]}-{i:02d}" for i in range(len(ids))], f"{path.name}: cell ids are not positional"
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     silent = [c for c in code if not c.get("outputs")]
     assert len(silent) <= len(code) // 2, f"{path.name}: {len(silent)} of {len(code)} code cells show nothing"

@@ -9,7 +9,8 @@ draws means with interval bars, one panel per metric.
 
 Cost is the ``cost`` of the requests sent at a recovery level and the summarizer cost of a
 compaction level — the providers' prices as recorded in the events (zero for a model without a
-known price, such as the bundled simulator's).
+known price, such as the bundled simulator's, unless the session prices it as a real model with
+``Session(price_as=...)``, as the README chart does).
 """
 
 from __future__ import annotations
