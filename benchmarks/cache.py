@@ -25,7 +25,8 @@ always-on baseline none - it had no breakpoints). Every figure comes from the si
 log, the same way for every strategy: a request is *append-only* when the previous accepted turn
 request is a prefix of it (block by block, ``cache_control`` ignored), a *cache break* otherwise;
 cost is litellm's cost map for ``--price`` (cache reads at ``cache_read_input_token_cost``, newly
-cached tokens at ``cache_creation_input_token_cost``, summary requests included).
+cached tokens at ``cache_creation_input_token_cost`` on the Anthropic route only: providers that
+cache automatically bill no writes and report none; summary requests included).
 
     python benchmarks/cache.py [--seeds 20] [--turns 40] [--workers N] [--routes openai,anthropic]
                                [--scenarios no-pressure,moderate,standard] [--price anthropic/claude-sonnet-4-5]
@@ -114,7 +115,7 @@ def run_one(spec: CacheRun) -> dict[str, Any]:
     cost = sum(
         backend.request_cost(
             spec.price, prompt_tokens=r.tokens, completion_tokens=r.completion_tokens,
-            cached_tokens=r.cached_tokens, cache_write_tokens=r.cache_write_tokens,
+            cached_tokens=r.cached_tokens, cache_write_tokens=r.cache_write_tokens if r.route == "anthropic" else 0,
         )
         for r in records
     )  # fmt: skip

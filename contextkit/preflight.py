@@ -22,7 +22,7 @@ from contextkit.learning import announce_window, learn_cap
 from contextkit.markers import marker
 from contextkit.messages import Message, newest_request_index, to_wire_list
 from contextkit.policy.breakpoints import anchor_position, breakpoint_bytes, breakpoint_positions, with_breakpoints
-from contextkit.policy.budgets import enforce_tool_result_budgets
+from contextkit.policy.budgets import enforce_tool_result_budgets, preview_chars
 from contextkit.policy.microcompact import MicrocompactConfig
 from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, original_of
 from contextkit.policy.pairing import repair_tool_pairing
@@ -31,6 +31,7 @@ from contextkit.sizing import MB, Measure, dumps, format_size, message_bytes, re
 from contextkit.summarizer import SummaryRequest, SummaryResponse
 
 NO_CAP_WARNING_BYTES = int(2.5 * MB)
+BYTES_PER_TOKEN = 4  # to size previews from the window: the usual ratio for English and code
 
 __all__ = [
     "Effect",
@@ -79,8 +80,9 @@ def turn_boundary(ctx: FlowContext) -> None:
     """
     st = ctx.state
     history, budget = enforce_tool_result_budgets(
-        st.history, archive=ctx.archive, turn_budget=st.turn_budget, per_result=st.per_result_budget
-    )
+        st.history, archive=ctx.archive, turn_budget=st.turn_budget, per_result=st.per_result_budget,
+        preview=_preview_chars(ctx),
+    )  # fmt: skip
     if budget.changed:
         ctx.notify("budget", budget.describe(), "info")
         _turn_rewrite(ctx, "budget", budget.describe(), measure(ctx, st.history), history, budget.archived_keys)
@@ -101,7 +103,7 @@ def turn_boundary(ctx: FlowContext) -> None:
         ctx.notify("microcompact", report.microcompact.describe(), "info")
     if report.dedup.changed:
         ctx.notify("dedup", report.dedup.describe(), "info")
-    if report.acted and report.reason == "applied":
+    if report.acted and report.reason in ("applied", "excerpts"):
         ctx.notify("pressure", report.describe() + " - the prompt cache restarts at the first rewritten result", "info")
     if report.acted:
         _turn_rewrite(ctx, "microcompact", report.describe(), before, history, report.archived_keys, report.reason)
@@ -131,6 +133,13 @@ def _turn_rewrite(
     )  # fmt: skip
     ctx.events.append(event)
     return after
+
+
+def _preview_chars(ctx: FlowContext) -> int | None:
+    """How big an output over the per-result budget enters the history: a share of the tighter of
+    the byte limit and the token limit (``Limits.tool_result_preview_share``)."""
+    limits = [x for x in (_byte_limit(ctx), _token_limit(ctx) * BYTES_PER_TOKEN) if x]
+    return preview_chars(ctx.state.limits.tool_result_preview_share, min(limits) if limits else None)
 
 
 def _token_limit(ctx: FlowContext) -> int:

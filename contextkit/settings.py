@@ -49,7 +49,8 @@ def _env_int(env: Mapping[str, str], name: str, default: int | None, *, minimum:
 
 _ZERO_OK = {
     "max_retries", "retry_backoff", "max_token_escalations", "cap_probe_turns",
-    "pressure_trigger", "pressure_target", "keep_tool_results", "clear_at_least",
+    "pressure_trigger", "pressure_target", "keep_tool_results", "clear_at_least", "excerpt_trigger",
+    "tool_result_preview_share",
 }  # fmt: skip
 
 
@@ -88,6 +89,12 @@ class Limits:
     pressure_target: float = 0.40
     keep_tool_results: int = 1
     clear_at_least: float = 0.10
+    # Outputs too big to enter whole (over tool_result_max_chars) enter as a head+tail preview of
+    # `tool_result_preview_share` of the request limit (1,000-5,000 chars; 0 = always 5,000), and from
+    # `excerpt_trigger` such previews (not the kept ones) become one-liners; whole results wait for
+    # pressure_trigger. Why (cached prompts are still billed on every request): policy/pressure.py.
+    excerpt_trigger: float = 0.30
+    tool_result_preview_share: float = 0.02
     compact_model: str | None = None
     request_timeout: float = 120.0
     summary_timeout: float = 600.0
@@ -136,7 +143,7 @@ class Limits:
                 raise ConfigError(f"Limits.{f.name} must be a finite number, got {value!r}")
             if value < 0 or (value == 0 and f.name not in _ZERO_OK):
                 raise ConfigError(f"Limits.{f.name} must be greater than zero, got {value!r}")
-        for name in ("pressure_trigger", "pressure_target", "clear_at_least"):
+        for name in ("pressure_trigger", "pressure_target", "clear_at_least", "excerpt_trigger", "tool_result_preview_share"):
             if getattr(self, name) > 1:
                 raise ConfigError(f"Limits.{name} is a share of the window or cap (0-1), got {getattr(self, name)!r}")
         if not isinstance(self.keep_tool_results, int):

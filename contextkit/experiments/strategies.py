@@ -6,7 +6,9 @@
   the first rejection.
 * ``contextkit-always-on`` — the full pipeline as it was before issue 14: microcompact and read
   dedup rewrite old tool results on every request (``Limits(pressure_trigger=0)``), whatever the
-  pressure, so the provider's prompt cache breaks at nearly every request; no cache breakpoints.
+  pressure, so the provider's prompt cache breaks at nearly every request; no cache breakpoints;
+  an output over the per-result budget enters as the fixed 5,000-char preview
+  (``tool_result_preview_share=0``).
 * ``none`` — no management: the whole history on every request (``contextkit.backend.completion``).
 * ``sliding-window`` — the system messages plus the last ``SLIDING_WINDOW_MESSAGES`` messages,
   cut so no tool result loses its call.
@@ -223,7 +225,7 @@ def _contextkit(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, ru
     if strategy == "contextkit-no-microcompact":
         limits.update(microcompact_truncate_turns=10**6, microcompact_summarize_turns=10**6)
     if strategy == "contextkit-always-on":
-        limits.update(pressure_trigger=0.0)
+        limits.update(pressure_trigger=0.0, tool_result_preview_share=0.0)
     archive = Archive.in_memory(session_id=run_id)
     kwargs = sim.litellm_kwargs()
     session = Session(

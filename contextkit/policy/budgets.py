@@ -9,6 +9,7 @@ always yields the same request bytes (prompt cache stays warm).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -30,6 +31,9 @@ from contextkit.policy.pairing import PairingReport, repair_tool_pairing
 DEFAULT_TURN_BUDGET = 200_000
 DEFAULT_PER_RESULT = 20_000
 _PASS2_FLOOR = 5_200
+PREVIEW_MAX_CHARS = 5_000  # budget_preview's head (4,000) + tail (1,000): the largest preview it makes
+PREVIEW_MIN_CHARS = 1_000  # below this a preview shows too little to tell what to recall
+_BANNER_RE = re.compile(r"\n\n\.\.\. \[\d+ chars omitted - full output \(")
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,22 @@ def budget_preview(original: str, target: int, message: Message, reserved: int =
     return f"{head}\n\n... [{omitted} chars omitted - full output ({what}) archived]\n\n{tail}"
 
 
+def is_budget_preview(message: Message) -> bool:
+    """A tool result that entered the history as a head+tail preview because its output was over
+    the per-result budget: the model never saw it whole, and the original is in the archive."""
+    body, carried = split_suffix(message.content)
+    return bool(carried) and _BANNER_RE.search(body) is not None
+
+
+def preview_chars(share: float, limit_bytes: int | None) -> int | None:
+    """The size of the preview an over-budget output enters the history as: ``share`` of the request
+    limit in bytes, between ``PREVIEW_MIN_CHARS`` and ``PREVIEW_MAX_CHARS``; None (the fixed
+    5,000-char preview) when ``share`` is 0 or no limit is known. See ``enforce_tool_result_budgets``."""
+    if share <= 0 or not limit_bytes:
+        return None
+    return max(PREVIEW_MIN_CHARS, min(PREVIEW_MAX_CHARS, int(share * limit_bytes)))
+
+
 def _eligible(m: Message) -> bool:
     return m.role == "tool" and not m.preserve_verbatim and not m.is_recall
 
@@ -90,10 +110,20 @@ def enforce_tool_result_budgets(
     archive: ArchiveSink,
     turn_budget: int = DEFAULT_TURN_BUDGET,
     per_result: int = DEFAULT_PER_RESULT,
+    preview: int | None = None,
 ) -> tuple[list[Message], BudgetReport]:
-    """Cap grouped tool results per result and per turn. Zero/negative limits fall back to the defaults."""
+    """Cap grouped tool results per result and per turn. Zero/negative limits fall back to the defaults.
+
+    ``preview`` (chars): a result over ``per_result`` becomes a preview of at most this size instead
+    of ``per_result`` (whose preview is at most ``PREVIEW_MAX_CHARS``). The session sizes it to its
+    limits (``preview_chars``, ``Limits.tool_result_preview_share``): every token of a result that
+    enters the history is billed in full once and then, cached, on every later request until a
+    pressure pass clears it, so an output too big to enter whole should not enter as a fixed 5,000
+    chars when the window is small. Results at or under ``per_result`` enter whole whatever ``preview``.
+    """
     turn_budget = turn_budget if turn_budget > 0 else DEFAULT_TURN_BUDGET
     per_result = per_result if per_result > 0 else DEFAULT_PER_RESULT
+    first_cut = min(per_result, preview) if preview and preview > 0 else per_result
     out = list(history)
     cut: dict[int, tuple[str, ...]] = {}  # index -> keys citing the original
     new_keys: list[str] = []
@@ -117,7 +147,7 @@ def enforce_tool_result_budgets(
     for group in groups:
         for i in group:
             if _eligible(history[i]) and len(history[i].content) > per_result:
-                shorten(i, per_result)
+                shorten(i, first_cut)
     for group in groups:
         excess = sum(len(out[i].content) for i in group) - turn_budget
         for i in sorted((i for i in group if _eligible(history[i])), key=lambda i: -len(out[i].content)):

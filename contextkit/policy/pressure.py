@@ -20,6 +20,25 @@ in one large step, so that one cache break buys many append-only requests:
 * ``trigger=0`` is the behaviour before issue 14 (rewrite on every request, no keep, no minimum),
   kept so benchmarks can measure it next to the new default.
 
+**Excerpts go first, at a lower trigger** (``excerpt_trigger``, default 0.30). An output too big to
+enter the history whole entered it as a head+tail preview (``policy/budgets.py``); its original is
+archived and the model pages through it with ``recall``. From ``excerpt_trigger`` on, a pass turns
+those previews (not the kept ones) into one-liners, and nothing else; whole results wait for
+``trigger``. Why, in money: with a prompt cache every request still pays for its whole prompt, the
+cached prefix at the cache-read price (0.1x the input price at OpenAI and Anthropic, 0.25-0.5x
+elsewhere). Carrying F tokens costs 0.1·F per request; a rewrite freeing F costs one uncached
+re-read of what follows the break point, about (1 - 0.1)·S once. When every turn brings a
+budget-sized preview, waiting for 60% means reading a cached prompt of ~35% of the window on
+average on every request, and that costs more than the break it avoids: measured on the standard
+agent workload (``benchmarks/cache.py``, automatic caching), it made the gated history ~15% more
+expensive than rewriting on every request. A break frees F and re-reads about S ≈ the freed
+results' one-liners plus what follows them, so it pays for itself after about (0.9/0.1)·S/F
+requests - a few turns - and ``clear_at_least`` keeps each pass big enough for that. The break
+point is the oldest preview still whole, which follows the previous pass's rewrites: the prefix
+cached up to there survives. Whole results (a file the model may be editing) keep the higher
+trigger: rewriting them costs the model content it saw; clearing an excerpt costs it a pointer it
+already had to follow with ``recall``. ``excerpt_trigger >= trigger`` turns the tier off.
+
 Every rewritten original is archived before it is replaced (through a staged sink, so a pass that
 is not applied archives nothing). Hard limits are not this module's job: pre-flight, compaction
 and recovery act whatever the trigger says.
@@ -33,6 +52,7 @@ from typing import Any
 
 from contextkit.markers import ArchiveSink, extract_keys
 from contextkit.messages import Message, assistant_turns
+from contextkit.policy.budgets import is_budget_preview
 from contextkit.policy.microcompact import (
     MicrocompactConfig,
     MicrocompactReport,
@@ -55,6 +75,7 @@ class PressureConfig:
     target: float = 0.40
     keep: int = 1
     clear_at_least: float = 0.10
+    excerpt_trigger: float = 0.30
 
     @property
     def always_on(self) -> bool:
@@ -70,6 +91,7 @@ class PressureConfig:
             target=limits.pressure_target,
             keep=limits.keep_tool_results,
             clear_at_least=limits.clear_at_least,
+            excerpt_trigger=limits.excerpt_trigger,
         )
 
 
@@ -86,7 +108,7 @@ class PressureReport:
     """What one pass did (``acted``) or why it did nothing (``reason``)."""
 
     acted: bool = False
-    reason: str = "below trigger"  # below trigger | not worth a cache break | applied | always on | nothing to rewrite
+    reason: str = "below trigger"  # below trigger | not worth a cache break | applied | excerpts | always on | nothing to rewrite
     before: float = 0.0
     after: float = 0.0
     bytes_before: int = 0
@@ -110,7 +132,7 @@ class PressureReport:
         if self.microcompact.changed:
             parts.append(f"{self.microcompact.truncated} previewed, {self.microcompact.summarized} summarized")
         if self.cleared:
-            parts.append(f"{self.cleared} cleared")
+            parts.append(f"{self.cleared} {'previews of archived outputs ' if self.reason == 'excerpts' else ''}cleared")
         what = ", ".join(parts) or "nothing"
         return (
             f"pressure {self.before:.0%} -> {self.after:.0%}: {what} (last {self.kept} tool results kept; "
@@ -146,31 +168,30 @@ def relieve_pressure(
     before = pressure(m0, window=window, cap=cap)
     if cfg.always_on:
         return _always_on(history, archive, micro, measure, window, cap, before, m0)
-    if before < cfg.trigger:
+    if before < min(cfg.trigger, cfg.excerpt_trigger):
         return list(history), PressureReport(before=before, after=before, bytes_before=m0.bytes, bytes_after=m0.bytes)
     protect = kept_indices(history, cfg.keep)
     sink = StagedSink(archive)
-    out, dd = dedup_repeated_reads(history, archive=sink, protect=protect)
-    out, mc = microcompact(out, archive=sink, config=micro, protect=protect)
-    m = measure(out)
-    cleared = 0
-    if pressure(m, window=window, cap=cap) > cfg.target:
-        tags = assistant_turns(out)
-        for i, msg in enumerate(out):
-            if i in protect or not is_candidate(msg) or msg.content.startswith(STUB_PREFIX):
-                continue
-            one = clear_to_one_liner(msg, archive=sink, turn=tags[i])
-            if one is None:
-                continue
-            out[i] = one[0]
-            cleared += 1
+    dd, mc = DedupReport(), MicrocompactReport()
+    if before < cfg.trigger:  # the excerpt tier: previews of archived outputs only, all of them
+        out, cleared = _clear(list(history), sink, protect, is_budget_preview)
+        if not cleared:  # whole results only: they wait for the trigger
+            return list(history), PressureReport(before=before, after=before, bytes_before=m0.bytes,
+                                                 bytes_after=m0.bytes)  # fmt: skip
+        m = measure(out)
+    else:
+        out, dd = dedup_repeated_reads(history, archive=sink, protect=protect)
+        out, mc = microcompact(out, archive=sink, config=micro, protect=protect)
+        m = measure(out)
+        cleared = 0
+        if pressure(m, window=window, cap=cap) > cfg.target:
+            done = lambda h: pressure(measure(h), window=window, cap=cap) <= cfg.target  # noqa: E731
+            out, cleared = _clear(out, sink, protect, lambda _: True, done=done)
             m = measure(out)
-            if pressure(m, window=window, cap=cap) <= cfg.target:
-                break
     after = pressure(m, window=window, cap=cap)
     report = PressureReport(
-        acted=True, reason="applied", before=before, after=after, bytes_before=m0.bytes, bytes_after=m.bytes,
-        dedup=dd, microcompact=mc, cleared=cleared, kept=len(protect),
+        acted=True, reason="applied" if before >= cfg.trigger else "excerpts", before=before, after=after,
+        bytes_before=m0.bytes, bytes_after=m.bytes, dedup=dd, microcompact=mc, cleared=cleared, kept=len(protect),
         archived_keys=tuple(k for k in sink.staged if k in {c for msg in out for c in extract_keys(msg.content)}),
     )  # fmt: skip
     if not (dd.changed or mc.changed or cleared):
@@ -180,6 +201,31 @@ def relieve_pressure(
     if not sink.commit(out):
         return list(history), _skipped(report, "the archive refused an original")
     return out, report
+
+
+def _clear(
+    out: list[Message],
+    sink: StagedSink,
+    protect: frozenset[int],
+    eligible: Callable[[Message], bool],
+    *,
+    done: Callable[[Sequence[Message]], bool] | None = None,
+) -> tuple[list[Message], int]:
+    """Oldest first, eligible tool results not in ``protect`` become one-liners (archived through
+    ``sink``); with ``done``, until it holds for the history so far."""
+    tags = assistant_turns(out)
+    cleared = 0
+    for i, msg in enumerate(out):
+        if i in protect or not is_candidate(msg) or msg.content.startswith(STUB_PREFIX) or not eligible(msg):
+            continue
+        one = clear_to_one_liner(msg, archive=sink, turn=tags[i])
+        if one is None:
+            continue
+        out[i] = one[0]
+        cleared += 1
+        if done is not None and done(out):
+            break
+    return out, cleared
 
 
 def _skipped(report: PressureReport, reason: str) -> PressureReport:
