@@ -143,7 +143,14 @@ class Limits:
                 raise ConfigError(f"Limits.{f.name} must be a finite number, got {value!r}")
             if value < 0 or (value == 0 and f.name not in _ZERO_OK):
                 raise ConfigError(f"Limits.{f.name} must be greater than zero, got {value!r}")
-        for name in ("pressure_trigger", "pressure_target", "clear_at_least", "excerpt_trigger", "tool_result_preview_share"):
+        shares = (
+            "pressure_trigger",
+            "pressure_target",
+            "clear_at_least",
+            "excerpt_trigger",
+            "tool_result_preview_share",
+        )
+        for name in shares:
             if getattr(self, name) > 1:
                 raise ConfigError(f"Limits.{name} is a share of the window or cap (0-1), got {getattr(self, name)!r}")
         if not isinstance(self.keep_tool_results, int):

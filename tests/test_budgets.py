@@ -5,7 +5,14 @@ from __future__ import annotations
 from contextkit.markers import extract_keys
 from contextkit.messages import Message, ToolCall
 from contextkit.policy._common import TRUNCATED_SEP
-from contextkit.policy.budgets import aggressive_level1, enforce_tool_result_budgets
+from contextkit.policy.budgets import (
+    PREVIEW_MAX_CHARS,
+    PREVIEW_MIN_CHARS,
+    aggressive_level1,
+    enforce_tool_result_budgets,
+    is_budget_preview,
+    preview_chars,
+)
 from contextkit.policy.expand import expand_markers
 from contextkit.policy.testing import MemorySink
 
@@ -92,3 +99,26 @@ def test_budgets_with_real_archive_expand_back():
         out, r = enforce_tool_result_budgets(run_read(content), archive=archive)
         assert r.truncated == 1
         assert expand_markers(out[1].content, archive).count(content) == 1
+
+
+def test_a_preview_sized_to_the_limits_replaces_the_fixed_one_once():
+    """An output over the per-result budget enters as a preview of at most ``preview`` chars (the
+    session sizes it to its limits); outputs within the budget enter whole; a second run is a no-op."""
+    sink = MemorySink()
+    big = "".join(f"{n:05d} some output line\n" for n in range(1_500))  # ~33 KB
+    out, r = enforce_tool_result_budgets(run_read(big), archive=sink, preview=2_000)
+    assert r.truncated == 1 and 1_000 < len(out[1].content) <= 2_000 and is_budget_preview(out[1])
+    assert sink.get(extract_keys(out[1].content)[0]) == big
+    again, r2 = enforce_tool_result_budgets(out, archive=sink, preview=1_000)
+    assert again == out and not r2.changed  # cut once, when it arrived: never rewritten after
+    whole = run_read("y" * 19_999)
+    assert enforce_tool_result_budgets(whole, archive=sink, preview=2_000)[0] == whole
+    assert not is_budget_preview(whole[1])
+    old, _ = enforce_tool_result_budgets(run_read(big), archive=sink)
+    assert 4_000 < len(old[1].content) < 6_000  # no preview size: the fixed head 4,000 + tail 1,000
+
+
+def test_preview_chars_is_a_bounded_share_of_the_limit():
+    assert preview_chars(0.02, 128_000) == 2_560
+    assert preview_chars(0.02, 10**9) == PREVIEW_MAX_CHARS and preview_chars(0.02, 10_000) == PREVIEW_MIN_CHARS
+    assert preview_chars(0.0, 128_000) is None and preview_chars(0.02, None) is None

@@ -198,6 +198,32 @@ def test_a_big_result_is_capped_before_it_is_first_sent_and_never_changes_below_
     assert all(e.append_only is not False for e in requests(session))
 
 
+def test_big_outputs_enter_as_small_previews_that_go_first_and_cost_less(gw: GatewaySimulator):
+    """Outputs over the per-result budget enter as a preview sized to the limits and are cleared from
+    the excerpt trigger, in few explained passes; the same session waiting for the main trigger
+    (excerpt_trigger=0.6, fixed 5,000-char previews) reads more prompt tokens and costs more,
+    priced with cache reads as a real model."""
+    limits: dict[str, Any] = {"context_window": 12_000, "max_payload": "64KB"}
+    gw.reset()
+    session = agent(gw, limits=Limits(**limits), file_bytes=30_000, price_as=PRICE)
+    read_turns(session, 16)
+    events = requests(session)
+    assert all(e.outcome == "ok" for e in events) and len(events) == 32
+    first = next(m for m in json.loads(gw.body(gw.requests[1].seq))["messages"] if m["role"] == "tool")
+    assert len(first["content"]) <= 1_000 and "archived" in first["content"]  # 2% of 48 KB, at the floor
+    passes = [e for e in session.events if isinstance(e, NoticeEvent) and e.code == "pressure"]
+    breaks = [e for e in events if e.append_only is False]
+    assert 1 <= len(passes) == len(breaks) <= 5  # every break is a pass, explained
+    excerpts = [p for p in passes if "previews of archived outputs cleared" in p.text]
+    assert len(excerpts) >= 2 and all(int(p.text.split("%")[0].split()[-1]) < 60 for p in excerpts)
+    gw.reset()
+    waiting = agent(gw, limits=Limits(**limits, excerpt_trigger=0.6, tool_result_preview_share=0), file_bytes=30_000,
+                    price_as=PRICE)  # fmt: skip
+    read_turns(waiting, 16)
+    assert session.stats.prompt_tokens < waiting.stats.prompt_tokens
+    assert session.stats.cost < waiting.stats.cost
+
+
 def test_recovery_acts_whatever_the_trigger(gw: GatewaySimulator):
     gw.reset(max_body="40KB", reject_with="413")
     session = agent(gw, limits=Limits(context_window=1_000_000, pressure_trigger=0.99, pressure_target=0.5),

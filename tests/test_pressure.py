@@ -9,6 +9,7 @@ import pytest
 from contextkit.errors import ConfigError
 from contextkit.markers import extract_keys
 from contextkit.messages import Message, ToolCall
+from contextkit.policy.budgets import enforce_tool_result_budgets, is_budget_preview
 from contextkit.policy.microcompact import ONE_LINER_PREFIX, MicrocompactConfig, microcompact
 from contextkit.policy.pressure import PressureConfig, kept_indices, pressure, relieve_pressure
 from contextkit.policy.testing import MemorySink, StagedSink
@@ -183,3 +184,46 @@ def test_at_a_hard_limit_the_pass_applies_whatever_it_frees():
     assert report.acted and out != h and report.before - report.after < 0.9
     out, report = relieve(h, window_for(h, 0.95), trigger=0.6, target=0.0, keep=2, clear_at_least=0.9)
     assert not report.acted and out == h
+
+
+def budgeted(turns: int, sink: MemorySink, *, whole: Sequence[int] = ()) -> list[Message]:
+    """``turns`` agent turns whose ~30 KB outputs entered as budget previews, except turns in ``whole``
+    (a ~6 KB file, entered whole)."""
+    h = agent(turns, size=30_000)
+    for t in whole:
+        i = 3 + 4 * t
+        h[i] = h[i].with_content(h[i].content[:6_000])
+    out, _ = enforce_tool_result_budgets(h, archive=sink, preview=2_500)
+    return out
+
+
+def test_between_the_excerpt_trigger_and_the_trigger_only_previews_of_archived_outputs_go():
+    sink = MemorySink()
+    h = budgeted(10, sink, whole=(2, 5))
+    results = [i for i, m in enumerate(h) if m.role == "tool"]
+    previews = [i for i in results if is_budget_preview(h[i])]
+    assert len(previews) == 8
+    out, report = relieve(h, window_for(h, 0.45), sink, clear_at_least=0.0)
+    assert report.acted and report.reason == "excerpts" and report.after < report.before
+    assert report.cleared == 7 and out[results[-1]] == h[results[-1]]  # the kept (newest) preview stays
+    for i in results:
+        if i in previews[:-1]:  # every other preview became a one-liner citing the full original
+            assert out[i].content.startswith(ONE_LINER_PREFIX)
+            assert len(sink.get(extract_keys(out[i].content)[0]) or "") > 25_000
+        else:  # whole results wait for the trigger
+            assert out[i] == h[i]
+    assert "previews of archived outputs cleared" in report.describe()
+
+
+def test_the_excerpt_tier_is_gated_too():
+    sink = MemorySink()
+    h = budgeted(10, sink)
+    out, report = relieve(h, window_for(h, 0.29), sink)
+    assert out == h and not report.acted and report.reason == "below trigger"
+    out, report = relieve(h, window_for(h, 0.45), sink, excerpt_trigger=0.6)  # at the trigger: tier off
+    assert out == h and not report.acted
+    out, report = relieve(h, window_for(h, 0.45), sink, clear_at_least=0.9)  # a break must be worth it
+    assert out == h and not report.acted and "not worth a cache break" in report.reason
+    whole = agent(10)  # whole results only: nothing for the tier, the history stays append-only
+    out, report = relieve(whole, window_for(whole, 0.45), sink)
+    assert out == whole and not report.acted and report.reason == "below trigger"

@@ -108,7 +108,8 @@ class PressureReport:
     """What one pass did (``acted``) or why it did nothing (``reason``)."""
 
     acted: bool = False
-    reason: str = "below trigger"  # below trigger | not worth a cache break | applied | excerpts | always on | nothing to rewrite
+    # below trigger | not worth a cache break | applied | excerpts | always on | nothing to rewrite
+    reason: str = "below trigger"
     before: float = 0.0
     after: float = 0.0
     bytes_before: int = 0
@@ -132,7 +133,8 @@ class PressureReport:
         if self.microcompact.changed:
             parts.append(f"{self.microcompact.truncated} previewed, {self.microcompact.summarized} summarized")
         if self.cleared:
-            parts.append(f"{self.cleared} {'previews of archived outputs ' if self.reason == 'excerpts' else ''}cleared")
+            what = "previews of archived outputs " if self.reason == "excerpts" else ""
+            parts.append(f"{self.cleared} {what}cleared")
         what = ", ".join(parts) or "nothing"
         return (
             f"pressure {self.before:.0%} -> {self.after:.0%}: {what} (last {self.kept} tool results kept; "
