@@ -8,7 +8,8 @@ in one large step, so that one cache break buys many append-only requests:
 
 * **pressure** = the larger of request tokens / context window and request bytes / payload cap
   (the caller passes the limits in force: learned, configured, or a size the endpoint rejected).
-* Below ``trigger`` (default 0.60) nothing changes: the history is append-only.
+* Below ``trigger`` (default 0.60) nothing changes (but see *excerpts* below): the history is
+  append-only.
 * At or above it, in order, until the request is down to ``target`` (default 0.40): superseded
   reads become stubs; tool results age as microcompact says (previews, then one-liners); then
   the oldest remaining results become one-liners. The last ``keep`` tool results (default 1), and
@@ -22,22 +23,21 @@ in one large step, so that one cache break buys many append-only requests:
 
 **Excerpts go first, at a lower trigger** (``excerpt_trigger``, default 0.30). An output too big to
 enter the history whole entered it as a head+tail preview (``policy/budgets.py``); its original is
-archived and the model pages through it with ``recall``. From ``excerpt_trigger`` on, a pass turns
-those previews (not the kept ones) into one-liners, and nothing else; whole results wait for
-``trigger``. Why, in money: with a prompt cache every request still pays for its whole prompt, the
-cached prefix at the cache-read price (0.1x the input price at OpenAI and Anthropic, 0.25-0.5x
-elsewhere). Carrying F tokens costs 0.1·F per request; a rewrite freeing F costs one uncached
-re-read of what follows the break point, about (1 - 0.1)·S once. When every turn brings a
-budget-sized preview, waiting for 60% means reading a cached prompt of ~35% of the window on
-average on every request, and that costs more than the break it avoids: measured on the standard
-agent workload (``benchmarks/cache.py``, automatic caching), it made the gated history ~15% more
-expensive than rewriting on every request. A break frees F and re-reads about S ≈ the freed
-results' one-liners plus what follows them, so it pays for itself after about (0.9/0.1)·S/F
-requests - a few turns - and ``clear_at_least`` keeps each pass big enough for that. The break
-point is the oldest preview still whole, which follows the previous pass's rewrites: the prefix
-cached up to there survives. Whole results (a file the model may be editing) keep the higher
-trigger: rewriting them costs the model content it saw; clearing an excerpt costs it a pointer it
-already had to follow with ``recall``. ``excerpt_trigger >= trigger`` turns the tier off.
+archived and the model pages through it with ``recall``. From ``excerpt_trigger`` up to ``trigger``
+a pass turns those previews (not the kept ones) into one-liners and touches nothing else; whole
+results wait for ``trigger``. ``excerpt_trigger >= trigger`` turns this tier off.
+
+Why, in money: a cached prompt is cheap, not free. Every request reads its whole cached prefix at
+the cache-read price (0.1x the input price at best), so carrying F tokens costs 0.1·F per request,
+while a pass that frees F costs one uncached re-read of the S tokens after its break point, about
+0.9·S once: it pays for itself after ~9·S/F requests, a few turns when ``clear_at_least`` keeps F
+large. When every turn brings a big output, waiting for 60% means every request reads ~35% of the
+window on average; on the standard agent workload of ``benchmarks/cache.py`` (automatic caching)
+that made the gated history cost more than the old rewrite-on-every-request. The break point of an
+excerpt pass is the oldest preview still whole, which follows the previous pass's one-liners, so
+the prefix cached up to there survives. Why only excerpts: the model never saw those outputs whole
+and already reaches them through ``recall`` (the one-liner keeps the marker), while a whole result
+may be a file it is editing - taking that away costs fidelity, so it waits for real pressure.
 
 Every rewritten original is archived before it is replaced (through a staged sink, so a pass that
 is not applied archives nothing). Hard limits are not this module's job: pre-flight, compaction
