@@ -90,9 +90,9 @@ class Limits:
     keep_tool_results: int = 1
     clear_at_least: float = 0.10
     # Outputs too big to enter whole (over tool_result_max_chars) enter as a head+tail preview of
-    # `tool_result_preview_share` of the request limit (1,000-5,000 chars; 0 = always 5,000), and from
-    # `excerpt_trigger` such previews (not the kept ones) become one-liners; whole results wait for
-    # pressure_trigger. Why (cached prompts are still billed on every request): policy/pressure.py.
+    # `tool_result_preview_share` of the request limit (>= 1,000 chars, <= the usual 5,000; 0 = always
+    # the usual), and from `excerpt_trigger` such previews (not the kept ones) become one-liners; whole
+    # results wait for pressure_trigger. Why (cached prompts are billed on every request): pressure.py.
     excerpt_trigger: float = 0.30
     tool_result_preview_share: float = 0.02
     compact_model: str | None = None

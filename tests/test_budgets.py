@@ -6,7 +6,6 @@ from contextkit.markers import extract_keys
 from contextkit.messages import Message, ToolCall
 from contextkit.policy._common import TRUNCATED_SEP
 from contextkit.policy.budgets import (
-    PREVIEW_MAX_CHARS,
     PREVIEW_MIN_CHARS,
     aggressive_level1,
     enforce_tool_result_budgets,
@@ -120,5 +119,6 @@ def test_a_preview_sized_to_the_limits_replaces_the_fixed_one_once():
 
 def test_preview_chars_is_a_bounded_share_of_the_limit():
     assert preview_chars(0.02, 128_000) == 2_560
-    assert preview_chars(0.02, 10**9) == PREVIEW_MAX_CHARS and preview_chars(0.02, 10_000) == PREVIEW_MIN_CHARS
+    assert preview_chars(0.02, 10_000) == PREVIEW_MIN_CHARS and preview_chars(0.02, 249_000) == 4_980
+    assert preview_chars(0.02, 250_000) is None  # from a ~64k-token window up: the usual 4,000 + 1,000 preview
     assert preview_chars(0.0, 128_000) is None and preview_chars(0.02, None) is None

@@ -79,11 +79,12 @@ def is_budget_preview(message: Message) -> bool:
 
 def preview_chars(share: float, limit_bytes: int | None) -> int | None:
     """The size of the preview an over-budget output enters the history as: ``share`` of the request
-    limit in bytes, between ``PREVIEW_MIN_CHARS`` and ``PREVIEW_MAX_CHARS``; None (the fixed
-    5,000-char preview) when ``share`` is 0 or no limit is known. See ``enforce_tool_result_budgets``."""
-    if share <= 0 or not limit_bytes:
+    limit in bytes, at least ``PREVIEW_MIN_CHARS``. None - the usual preview (head 4,000 + tail 1,000
+    chars) - when that share is at least ``PREVIEW_MAX_CHARS`` (a large window changes nothing), when
+    ``share`` is 0 or when no limit is known. See ``enforce_tool_result_budgets``."""
+    if share <= 0 or not limit_bytes or share * limit_bytes >= PREVIEW_MAX_CHARS:
         return None
-    return max(PREVIEW_MIN_CHARS, min(PREVIEW_MAX_CHARS, int(share * limit_bytes)))
+    return max(PREVIEW_MIN_CHARS, int(share * limit_bytes))
 
 
 def _eligible(m: Message) -> bool:
