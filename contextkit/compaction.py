@@ -44,7 +44,10 @@ class CompactionStats:
     compactions: int = 0
     level3_falls: int = 0
     summary_calls: int = 0
-    summary_rejections: int = 0
+    summary_rejections: int = 0  # answers the quality gate discarded
+    summary_failures: int = 0  # calls that raised (timeout, provider error)
+    extractive_summaries: int = 0  # Level-2 summaries made without the model
+    model_pauses: int = 0  # times the summarizer was paused after two unusable answers in a row
     summarizer_prompt_tokens: int = 0
     summarizer_completion_tokens: int = 0
     summarizer_cost: float = 0.0
@@ -78,6 +81,8 @@ class CompactionResult:
     archived_keys: tuple[str, ...] = ()
     summary_calls: int = 0
     identifier_retention: float | None = None
+    prose_retention: float | None = None  # the model's prose alone, without the ledger
+    summary_source: str = ""  # model | extractive | "" (no summary applied)
     detail: str = ""
     duration_s: float = 0.0
     events: tuple[CompactionEvent, ...] = field(default=(), repr=False)
@@ -97,6 +102,8 @@ class Pass:
         self.events: list[CompactionEvent] = []
         self.calls = 0
         self.retention: float | None = None
+        self.prose_retention: float | None = None
+        self.summary_source = ""
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.cost = 0.0

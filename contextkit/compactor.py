@@ -5,7 +5,8 @@ Level 2 summary, is a ``SummaryRequest`` yielded by the sans-IO ``Compactor.flow
 drivers ``compact`` (sync) and ``acompact`` (async) answer it with a ``Summarizer``.
 
 Order: Level 1 trim (reasoning, repeated reads, microcompact, tool-result budgets) -> verbatim cap ->
-Level 2 summary (quality gate, one retry, back-off) -> Level 3 truncation -> content shrink, stopping
+Level 2 summary (quality gate, one changed retry, identifier ledger; after two unusable answers in a
+row an extractive summary and a pause of the model; back-off) -> Level 3 truncation -> content shrink, stopping
 as soon as the history fits ``budget`` bytes (``manual`` always tries the summary). The caller's list
 is never mutated; the result is all-or-nothing, and a cancelled pass changes nothing (S4.13).
 """
@@ -33,6 +34,7 @@ from contextkit.events import CompactionEvent, EventLog, NoticeEvent
 from contextkit.markers import ArchiveSink
 from contextkit.messages import Message, newest_request_index, wire_safe
 from contextkit.policy import budgets, shrink, trim, truncate
+from contextkit.policy import ledger as ids
 from contextkit.policy import microcompact as micro
 from contextkit.policy import summary as s2
 from contextkit.settings import Limits
@@ -43,6 +45,10 @@ __all__ = ["CompactionInfo", "CompactionResult", "CompactionStats", "Compactor",
 
 TRIGGERS = ("auto", "manual", "recovery")
 BACKOFF_RUNS = 2
+MODEL_PAUSE_START = 2  # Level-2 passes without model calls after two unusable summaries in a row
+MODEL_PAUSE_MAX = 16  # the pause doubles while the model keeps failing, up to this
+SUMMARY_TEMPERATURES = (0.0, 0.4)  # first attempt, retry: a retry is never the identical request
+SUMMARY_OVERHEAD = 400  # header and recall note around the summary text
 UNDO_DEPTH = 10
 Flow = Generator[SummaryRequest, SummaryResponse | BaseException, CompactionResult]
 _Steps = Generator[SummaryRequest, SummaryResponse | BaseException, None]
@@ -79,6 +85,9 @@ class Compactor:
         self.undo_stack: list[list[Message]] = []
         self.undo_results: list[list[Message]] = []  # what each undo entry's compaction produced
         self.backoff = 0  # S4.6: passes left that skip Level 2
+        self.discarded_in_row = 0  # summarizer answers discarded in a row (rejected or failed), across passes
+        self.model_pause = 0  # Level-2 passes left that use the extractive summary without calling the model
+        self.next_pause = MODEL_PAUSE_START
         self._flushed: set[int] = set()
 
     def pop_undo(self) -> list[Message] | None:
@@ -250,58 +259,100 @@ class Compactor:
             )
             return
         since = (len(run.history), run.bytes, run.tokens())
-        segment_text = s2.summarizer_input(plan, archive=self.archive, window_tokens=window)
-        prompt = wire_safe(s2.summary_prompt(segment_text, instruction))  # the request must encode
-        self._flush(plan.segment, info, "summarize")
-        self._emit(run, info, "summarize", "Summarizing old messages via LLM (may take 30-90 s)", "running", 2)
-        accepted: SummaryResponse | None = None
-        reason = ""
-        for attempt in (1, 2):
-            reply = yield SummaryRequest(
-                prompt, model=self.limits.compact_model, timeout=self.limits.summary_timeout, attempt=attempt
-            )
-            run.calls += 1
-            self.stats.summary_calls += 1
-            if isinstance(reply, SummaryResponse):
-                self._count(run, reply)
-                ok, reason = s2.passes_gate(reply.text, len(segment_text))
-                if ok:
-                    accepted = reply
-                    break
-                self.stats.summary_rejections += 1
-            else:  # the call raised: a failed attempt, never a summary
-                reason = f"{type(reply).__name__}: {str(reply)[:160]}"
-                if _size_rejection(reply):
-                    break  # the identical prompt would be refused again: never re-send a rejected body
-            if attempt == 1:
-                self._emit(
-                    run,
-                    info,
-                    "summarize",
-                    f"Summary rejected ({reason}) - retrying once",
-                    "rejected",
-                    2,
-                    detail=reason,
-                    **run.usage(),
-                )
-        if accepted is None:
-            text = f"Summarization failed ({reason}) - falling back to truncation"
-            self._emit(run, info, "summarize", text, "failed", 2, detail=reason, **run.usage())
-            return
         transcript = s2.segment_transcript(plan)
+        ledger = ids.extract(transcript)
+        self._flush(plan.segment, info, "summarize")
+        prose: str | None = None
+        if self.model_pause > 0 and info.trigger != "manual":
+            self.model_pause -= 1
+            self._emit(run, info, "summarize", f"Summarizer paused after {self.discarded_in_row} unusable summaries "
+                       f"in a row ({self.model_pause} more passes) - extractive summary", "running", 2,
+                       detail="model_paused")  # fmt: skip
+        else:
+            self._emit(run, info, "summarize", "Summarizing old messages via LLM (may take 30-90 s)", "running", 2)
+            prose = yield from self._ask_model(run, info, plan, transcript, ledger, instruction, window)
+        if prose is None and run.bytes <= info.budget:
+            return  # a manual pass under budget: nothing to replace truncation with, so nothing changes
+        if prose is None:
+            text, source = s2.extractive_summary(plan, ledger, len(transcript)), "extractive"
+        else:
+            text, source = s2.with_ledger(prose, ledger, len(transcript)), "model"
+        if len(text) >= len(transcript):  # only a tiny segment: a summary would not be smaller
+            self._emit(run, info, "summarize", "Summary skipped: it would not be smaller than the messages it replaces",
+                       "skipped", 2, detail="not_smaller", **run.usage())  # fmt: skip
+            return
         key = self.archive.put(
             transcript, kind="segment", origin={"phase": "summary", "messages": plan.count}, allow_markers=True
         )
-        new = s2.apply_summary(run.history, plan, accepted.text, segment_key=key, instruction=instruction)
-        # measured on what the summarizer saw (bounded by its window), so it scores the summary itself
-        run.retention = s2.identifier_retention(segment_text, accepted.text)
-        run.take(new, Applied(f"summary: {plan.count} messages -> 1", (key,) if key else ()), 2)
+        new = s2.apply_summary(run.history, plan, text, segment_key=key, instruction=instruction)
+        wanted = ledger.all()
+        run.retention = ids.retention(wanted, text)
+        run.prose_retention = ids.retention(wanted, prose) if prose is not None else None
+        run.summary_source = source
+        run.take(new, Applied(f"summary ({source}): {plan.count} messages -> 1", (key,) if key else ()), 2)
+        if source == "extractive":
+            self.stats.extractive_summaries += 1
         fits = run.bytes <= info.budget
-        self.backoff = 0 if fits else BACKOFF_RUNS  # S4.6: a paid summary that did not fit
-        text = (f"Summary applied ({since[0]} -> {len(run.history)} msgs, "
+        if source == "model":
+            self.backoff = 0 if fits else BACKOFF_RUNS  # S4.6: a paid summary that did not fit
+        label = "Summary applied" if source == "model" else "Extractive summary applied"
+        text = (f"{label} ({since[0]} -> {len(run.history)} msgs, "
                 f"{format_size(since[1])} -> {format_size(run.bytes)})")  # fmt: skip
+        detail = source if fits or source != "model" else f"{source}; did not fit: back-off"
         self._emit(run, info, "summarize", text, "applied", 2, since, identifier_retention=run.retention,
-                   archived_keys=(key,) if key else (), detail="" if fits else "did not fit: back-off", **run.usage())  # fmt: skip
+                   prose_retention=run.prose_retention, summary_source=source,
+                   archived_keys=(key,) if key else (), detail=detail, **run.usage())  # fmt: skip
+
+    def _ask_model(self, run: Pass, info: CompactionInfo, plan: s2.SegmentPlan, transcript: str, ledger: ids.Ledger,
+                   instruction: str | None, window: int | None) -> Generator[SummaryRequest, Any, str | None]:  # fmt: skip
+        """The model's prose, or None after it was discarded (then the caller applies the extractive summary).
+
+        Two discarded answers in a row (across passes) pause the model for ``next_pause`` passes;
+        the pause doubles while the model keeps failing and resets after an accepted summary.
+        """
+        segment_text = s2.summarizer_input(plan, archive=self.archive, window_tokens=window)
+        source = transcript + "\n" + segment_text  # restored stubs are facts of the segment too
+        room = len(transcript) - len(s2.with_ledger("", ledger, len(transcript))) - SUMMARY_OVERHEAD
+        max_tokens = s2.summary_max_tokens(len(segment_text), window)
+        reason, emphasis = "", None
+        for attempt in (1, 2):
+            request = SummaryRequest(
+                wire_safe(s2.summary_prompt(segment_text, instruction, emphasis)),  # the request must encode
+                model=self.limits.compact_model, timeout=self.limits.summary_timeout, attempt=attempt,
+                temperature=SUMMARY_TEMPERATURES[attempt - 1], max_tokens=max_tokens,
+            )  # fmt: skip
+            reply = yield request
+            run.calls += 1
+            self.stats.summary_calls += 1
+            size_rejected = False
+            if isinstance(reply, SummaryResponse):
+                self._count(run, reply)
+                ok, reason = s2.passes_gate(
+                    reply.text, len(segment_text), source=source, max_chars=room, archive=self.archive
+                )
+                if ok:
+                    self.discarded_in_row, self.next_pause, self.model_pause = 0, MODEL_PAUSE_START, 0
+                    return reply.text
+                self.stats.summary_rejections += 1
+            else:  # the call raised: a failed attempt, never a summary
+                reason = f"{type(reply).__name__}: {str(reply)[:160]}"
+                self.stats.summary_failures += 1
+                # the identical prompt would be refused again: never re-send a rejected body
+                size_rejected = _size_rejection(reply)
+            self.discarded_in_row += 1
+            if size_rejected or self.discarded_in_row >= 2:
+                break
+            emphasis = s2.retry_emphasis(reason, max_chars=room, floor=min(len(segment_text) // 40, 80))
+            text = f"Summary rejected ({reason}) - retrying once with new emphasis and temperature {SUMMARY_TEMPERATURES[1]}"
+            self._emit(run, info, "summarize", text, "rejected", 2, detail=reason, **run.usage())
+        pause = ""
+        if self.discarded_in_row >= 2:
+            self.model_pause, self.next_pause = self.next_pause, min(self.next_pause * 2, MODEL_PAUSE_MAX)
+            self.stats.model_pauses += 1
+            pause = f"; summarizer paused for {self.model_pause} passes"
+        text = f"Summarization failed ({reason}) - extractive summary instead{pause}"
+        self._emit(run, info, "summarize", text, "failed", 2, detail=reason, **run.usage())
+        return None
 
     def _level3(self, run: Pass, info: CompactionInfo) -> None:
         since = (len(run.history), run.bytes, run.tokens())
@@ -365,6 +416,7 @@ class Compactor:
             size = f"{len(before)} -> {len(run.history)} msgs, {format_size(info.bytes_before)} -> {format_size(run.bytes)}"
             text = f"Compaction done (level {run.level}, {size})" if changed else f"Nothing compacted ({size})"
             self._emit(run, info, "done", text, outcome, run.level, identifier_retention=run.retention,
+                       prose_retention=run.prose_retention, summary_source=run.summary_source,
                        archived_keys=keys, detail=detail, **run.usage())  # fmt: skip
         tokens_after = run.tokens() if run.token_measure else None
         self._post(replace(info, outcome=outcome, level=run.level, phase="done", messages_after=len(run.history),
@@ -374,7 +426,8 @@ class Compactor:
             messages_before=len(before), messages_after=len(run.history), bytes_before=info.bytes_before,
             bytes_after=run.bytes, tokens_before=info.tokens_before, tokens_after=tokens_after, within_budget=fits,
             reports=tuple(run.reports), archived_keys=keys, summary_calls=run.calls,
-            identifier_retention=run.retention, detail=detail, duration_s=max(self.clock() - started, 0.0),
+            identifier_retention=run.retention, prose_retention=run.prose_retention,
+            summary_source=run.summary_source, detail=detail, duration_s=max(self.clock() - started, 0.0),
             events=tuple(run.events),
         )  # fmt: skip
 

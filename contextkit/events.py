@@ -92,7 +92,9 @@ class CompactionEvent(Event):
     summarizer_prompt_tokens: int = 0
     summarizer_completion_tokens: int = 0
     summarizer_cost: float = 0.0
-    identifier_retention: float | None = None
+    identifier_retention: float | None = None  # the applied summary (prose + identifier ledger)
+    prose_retention: float | None = None  # the summarizer model's prose alone
+    summary_source: str = ""  # model | extractive (Level 2 applied); "" otherwise
     archived_keys: tuple[str, ...] = ()
     detail: str = ""
 

@@ -25,12 +25,27 @@ class SummaryCallError(ContextkitRuntimeError):
 
 @dataclass(frozen=True)
 class SummaryRequest:
-    """One summarizer call: the full prompt (sent as a single user message), model override, timeout."""
+    """One summarizer call: the full prompt (sent as a single user message), model override, timeout.
+
+    ``temperature`` and ``max_tokens`` (None: the provider's default) are sent with the call; a
+    retry changes the temperature and the prompt, so it is never the identical request.
+    """
 
     prompt: str
     model: str | None = None
     timeout: float = 600.0
     attempt: int = 1
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+    def params(self) -> dict[str, Any]:
+        """The sampling parameters this request sets (none when both are None)."""
+        out: dict[str, Any] = {}
+        if self.temperature is not None:
+            out["temperature"] = self.temperature
+        if self.max_tokens is not None:
+            out["max_tokens"] = self.max_tokens
+        return out
 
     def messages(self) -> list[dict[str, Any]]:
         return [{"role": "user", "content": self.prompt}]
@@ -102,10 +117,14 @@ class LiteLLMSummarizer:
         window = info.get("max_input_tokens") or info.get("max_tokens")
         return int(window) if window else None
 
-    def _call_args(self, request: SummaryRequest) -> tuple[str, float]:
+    def _call_args(self, request: SummaryRequest) -> tuple[str, float, dict[str, Any]]:
         model = request.model or self.model
         timeout = min(request.timeout, self.timeout) if request.timeout else self.timeout
-        return model, timeout
+        kwargs = {**self.kwargs, **request.params()}
+        if request.params():
+            # a model that does not take a temperature (some reasoning models) drops it instead of failing
+            kwargs.setdefault("drop_params", True)
+        return model, timeout, kwargs
 
     def _cost(self, response: Any, model: str) -> float:
         from contextkit import backend
@@ -133,9 +152,9 @@ class LiteLLMSummarizer:
     def summarize(self, request: SummaryRequest) -> SummaryResponse:
         from contextkit import backend
 
-        model, timeout = self._call_args(request)
+        model, timeout, kwargs = self._call_args(request)
         try:
-            response = backend.completion(model, request.messages(), timeout=timeout, **self.kwargs)
+            response = backend.completion(model, request.messages(), timeout=timeout, **kwargs)
         except Exception as exc:
             if _is_timeout(exc):
                 raise SummaryTimeout(f"summarizer {model} did not answer within {timeout:g} s") from exc
@@ -145,10 +164,10 @@ class LiteLLMSummarizer:
     async def asummarize(self, request: SummaryRequest) -> SummaryResponse:
         from contextkit import backend
 
-        model, timeout = self._call_args(request)
+        model, timeout, kwargs = self._call_args(request)
         try:
             response = await asyncio.wait_for(
-                backend.acompletion(model, request.messages(), timeout=timeout, **self.kwargs), timeout + 5
+                backend.acompletion(model, request.messages(), timeout=timeout, **kwargs), timeout + 5
             )
         except asyncio.CancelledError:
             raise

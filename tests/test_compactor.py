@@ -17,6 +17,7 @@ from contextkit.archive import Archive
 from contextkit.compactor import TRIGGERS, CompactionInfo, CompactionStats, Compactor, WorkbenchWriter
 from contextkit.events import CompactionEvent, EventLog, NoticeEvent
 from contextkit.messages import Message, ToolCall
+from contextkit.policy import summary as s2
 from contextkit.policy.expand import expand_markers
 from contextkit.policy.pairing import find_orphans
 from contextkit.settings import Limits
@@ -143,15 +144,21 @@ def test_summary_applied_with_events_retention_and_counters() -> None:
 
 
 def test_identifier_retention_is_recorded() -> None:
-    compactor, _, _ = make()
+    compactor, _, log = make()
     h = fixture()
     h[2] = Message.assistant("I read src/app/main.py and ran\n$ pytest -q tests/test_api.py\nfailed at 4711")
     summary = "## Files Read\n- src/app/main.py\n## Commands Executed\n- pytest -q tests/test_api.py -> failed\n" + GOOD
     result = compactor.compact(
         h, summarizer=ScriptedSummarizer(summary), trigger="manual", budget=10**6, measure=measure
     )
-    # src/app/main.py, tests/test_api.py and the command survive; 4711 is lost
-    assert result.level == 2 and result.identifier_retention == pytest.approx(3 / 4)
+    # the prose keeps src/app/main.py, tests/test_api.py and the command; 4711 only the ledger keeps
+    assert result.level == 2 and result.summary_source == "model"
+    assert result.prose_retention == pytest.approx(3 / 4) and result.identifier_retention == 1.0
+    text = result.history[1].content
+    ledger = text[text.index(s2.ids.LEDGER_HEADER) :]
+    assert "4711" in ledger and "src/app/main.py" not in ledger  # only what the prose does not quote
+    applied = next(e for e in log if isinstance(e, CompactionEvent) and e.phase == "summarize" and e.outcome == "applied")
+    assert (applied.identifier_retention, applied.prose_retention, applied.summary_source) == (1.0, 0.75, "model")
 
 
 @pytest.mark.parametrize(
@@ -163,29 +170,87 @@ def test_identifier_retention_is_recorded() -> None:
         RuntimeError("provider down"),
         SummaryTimeout("summarizer did not answer within 600 s"),
         "",
+        "<<ccr:0123456789abcdef>>",
+        "## Files Read\n- src/app/invented.py on port 8443, build 9f8e7d6c5b\n" + GOOD,
     ],
-    ids=["refusal", "short", "error_text", "exception", "timeout", "empty"],
+    ids=["refusal", "short", "error_text", "exception", "timeout", "empty", "marker_only", "invented"],
 )
-def test_bad_summaries_are_retried_once_then_level3(bad: Any) -> None:
+def test_bad_summaries_are_retried_once_then_extractive(bad: Any) -> None:
+    """Two unusable answers in a row: an extractive summary (ledger + first/last lines), not truncation."""
     compactor, archive, _ = make()
     h = big_fixture()
+    h[2] = Message.assistant("I read src/app/main.py and ran\n$ pytest -q tests/test_api.py\nfailed at 4711")
     before = copy.deepcopy(h)
     summarizer = ScriptedSummarizer(bad)
-    result = compactor.compact(h, summarizer=summarizer, trigger="auto", budget=4200, measure=measure)
+    result = compactor.compact(h, summarizer=summarizer, trigger="auto", budget=9000, measure=measure)
     assert summarizer.calls == 2
-    assert result.level == 3 and result.outcome == "applied"
+    assert result.level == 2 and result.outcome == "applied" and result.summary_source == "extractive"
     texts = "\n".join(m.content for m in result.history)
-    assert "STRUCTURED SUMMARY" not in texts
+    assert "STRUCTURED SUMMARY" in texts and s2.EXTRACTIVE_HEADER in texts and "CONTEXT TRUNCATED" not in texts
     if isinstance(bad, str) and bad:
         assert bad not in texts
-    assert "CONTEXT TRUNCATED" in texts
+    for ident in ("src/app/main.py", "pytest -q tests/test_api.py", "4711"):
+        assert ident in texts
+    assert result.identifier_retention == 1.0 and result.prose_retention is None
     outcomes = [(e.phase, e.outcome) for e in result.events if e.phase == "summarize"]
-    assert outcomes == [("summarize", "running"), ("summarize", "rejected"), ("summarize", "failed")]
+    assert outcomes == [("summarize", o) for o in ("running", "rejected", "failed", "applied")]
     failed = next(e for e in result.events if e.outcome == "failed")
-    assert failed.status.startswith("Summarization failed (") and failed.status.endswith("falling back to truncation")
-    assert compactor.stats.level3_falls == 1 and compactor.backoff == 0
+    assert failed.status.startswith("Summarization failed (") and "extractive summary instead" in failed.status
+    stats = compactor.stats
+    assert (stats.level3_falls, stats.extractive_summaries, stats.model_pauses) == (0, 1, 1)
+    assert stats.summary_rejections + stats.summary_failures == 2 and compactor.backoff == 0
     assert h == before
     assert_nothing_lost(before, result.history, archive)
+
+
+def test_extractive_summary_that_does_not_fit_still_falls_to_level3() -> None:
+    compactor, archive, _ = make()
+    h = big_fixture()
+    result = compactor.compact(h, summarizer=ScriptedSummarizer(REFUSAL), trigger="auto", budget=4200, measure=measure)
+    phases_ = phases(result)
+    assert ("summarize", "applied") in phases_ and ("truncate", "applied") in phases_
+    assert result.level == 3 and result.within_budget and compactor.stats.level3_falls == 1
+    assert_nothing_lost(h, result.history, archive)
+
+
+def test_retry_changes_the_request() -> None:
+    """A retry after a rejection names the rejection and changes the temperature: never the identical call."""
+    compactor, _, _ = make()
+    summarizer = ScriptedSummarizer(["## ok", GOOD])
+    result = compactor.compact(big_fixture(), summarizer=summarizer, trigger="auto", budget=9000, measure=measure)
+    first, second = summarizer.requests
+    assert result.summary_source == "model" and result.summary_calls == 2
+    assert (first.temperature, second.temperature) != (None, None) and first.temperature != second.temperature
+    assert first.prompt != second.prompt and "too short" in second.prompt and "IMPORTANT" in second.prompt
+    assert first.max_tokens == second.max_tokens and first.max_tokens is not None
+    assert "IMPORTANT" not in first.prompt
+
+
+def test_model_pause_is_adaptive_and_resets_after_a_good_summary() -> None:
+    """Two unusable answers pause the model; a failed probe doubles the pause; a good one resets it."""
+    compactor, _, _ = make()
+    calls_per_pass, sources = [], []
+
+    def run(summarizer: ScriptedSummarizer) -> None:
+        before = summarizer.calls
+        result = compactor.compact(big_fixture(), summarizer=summarizer, trigger="auto", budget=9000, measure=measure)
+        calls_per_pass.append(summarizer.calls - before)
+        sources.append(result.summary_source)
+
+    bad = ScriptedSummarizer(REFUSAL)
+    for _ in range(9):
+        run(bad)
+    # pass 1: attempt + retry; 2 paused passes; pass 4: one probe (fails: pause doubles to 4); 4 paused; probe
+    assert calls_per_pass == [2, 0, 0, 1, 0, 0, 0, 0, 1]
+    assert sources == ["extractive"] * 9
+    assert compactor.model_pause == 8 and compactor.stats.model_pauses == 3
+    manual = compactor.compact(
+        big_fixture(), summarizer=ScriptedSummarizer(GOOD), trigger="manual", budget=9000, measure=measure
+    )
+    assert manual.summary_source == "model"  # a manual pass asks the model even while it is paused
+    assert (compactor.discarded_in_row, compactor.next_pause, compactor.model_pause) == (0, 2, 0)
+    run(ScriptedSummarizer(GOOD))
+    assert sources[-1] == "model" and calls_per_pass[-1] == 1
 
 
 def test_refusal_under_budget_is_a_skipped_manual_compaction() -> None:
@@ -518,7 +583,7 @@ def test_flow_is_sans_io() -> None:
     first = next(gen)
     assert isinstance(first, SummaryRequest) and first.attempt == 1
     second = gen.send(ConnectionError("network down"))  # a failed call, not a summary
-    assert second.attempt == 2 and second.prompt == first.prompt
+    assert second.attempt == 2 and second.prompt != first.prompt and second.temperature != first.temperature
     with pytest.raises(StopIteration) as stop:
         gen.send(SummaryResponse("## Files Read\n- none\n" * 10, 10, 5, 0.0, "m"))
     result = stop.value.value

@@ -12,6 +12,7 @@ from contextkit.archive import Archive
 from contextkit.compactor import Compactor
 from contextkit.events import EventLog
 from contextkit.messages import Message, ToolCall
+from contextkit.policy import summary as s2
 from contextkit.policy.expand import expand_markers
 from contextkit.policy.pairing import find_orphans
 from contextkit.settings import Limits
@@ -74,7 +75,8 @@ def test_extract_mode_applies_a_real_summary(gw: GatewaySimulator) -> None:
     summary = next(m for m in result.history if m.is_summary)
     assert summary.content.startswith("[STRUCTURED SUMMARY - covering")
     assert "## Files Read" in summary.content and "src/app/api.py" in summary.content
-    assert result.identifier_retention is not None and result.identifier_retention > 0
+    assert result.identifier_retention == 1.0 and result.summary_source == "model"
+    assert result.prose_retention is not None and 0 < result.prose_retention <= 1.0
     assert compactor.stats.summary_calls == 1 and compactor.stats.summarizer_prompt_tokens > 0
     assert compactor.stats.summarizer_completion_tokens > 0
     assert find_orphans(result.history) == ([], [])
@@ -84,26 +86,33 @@ def test_extract_mode_applies_a_real_summary(gw: GatewaySimulator) -> None:
 
 @pytest.mark.parametrize("mode", ["refuse", "short", "error_text", "fail"])
 def test_bad_summarizer_modes_never_replace_the_segment(gw: GatewaySimulator, mode: str) -> None:
+    """Two unusable answers: an extractive summary (ledger + first/last lines) instead of truncation."""
     h, result, archive, compactor = run(gw, mode)
-    assert summary_requests(gw) == 2  # one retry, then Level 3
-    assert result.level == 3 and not any(m.is_summary and "STRUCTURED" in m.content for m in result.history)
+    assert summary_requests(gw) == 2  # one changed retry, then the extractive summary
+    summaries = [r for r in gw.requests if r.kind == "summary"]
+    assert summaries[0].body_sha256 != summaries[1].body_sha256  # never the identical request twice
     texts = "\n".join(m.content for m in result.history)
     for bad in ("I'm sorry", "## Summary\n- ok", "Error: the summarization backend"):
         assert bad not in texts
-    assert "CONTEXT TRUNCATED" in texts
+    assert result.level == 2 and result.summary_source == "extractive"
+    assert s2.EXTRACTIVE_HEADER in texts and "CONTEXT TRUNCATED" not in texts
+    for ident in ("src/app/api.py", "tests/test_api.py", "pytest -q tests", "KeyError", "12345"):
+        assert ident in texts, ident  # the ledger keeps what the model could not
+    assert result.identifier_retention == 1.0 and result.prose_retention is None
     failed = next(e for e in result.events if e.outcome == "failed")
-    assert failed.phase == "summarize" and failed.detail
+    assert failed.phase == "summarize" and failed.detail and "extractive summary instead" in failed.status
     assert find_orphans(result.history) == ([], [])
     expanded = "\n".join(expand_markers(m.content, archive) for m in result.history)
     assert all(m.content in expanded for m in h)
-    assert compactor.stats.summary_calls == 2 and compactor.stats.level3_falls == 1
+    stats = compactor.stats
+    assert (stats.summary_calls, stats.extractive_summaries, stats.level3_falls, stats.model_pauses) == (2, 1, 0, 1)
 
 
 def test_timeout_mode_is_a_failed_attempt(gw: GatewaySimulator) -> None:
     limits = Limits(min_keep_recent=2, emergency_keep_messages=3, summary_timeout=0.5)
     _, result, _, _ = run(gw, "timeout", limits=limits)
     assert summary_requests(gw) == 2
-    assert result.level == 3
+    assert result.level == 2 and result.summary_source == "extractive"
     assert "SummaryTimeout" in next(e for e in result.events if e.outcome == "failed").detail
 
 

@@ -335,3 +335,132 @@ def test_apply_keeps_pairing_valid_and_loses_nothing(h: list[Message], keep: int
     expanded = "\n".join(expand_markers(m.content, archive) for m in out)
     for m in h:
         assert m.content in expanded
+
+
+# gate: what a real small model got through before ------------------------------------------------
+
+
+def test_gate_refuses_a_bare_marker_and_markers_the_archive_does_not_hold() -> None:
+    archive = Archive.in_memory()
+    known = archive.put("an archived original " * 20, kind="tool_result")
+    assert known
+    invented = "0123456789abcdef"
+    assert s2.passes_gate(f"<<ccr:{invented}>>", 10_000) == (False, "only a marker, no summary")
+    assert s2.passes_gate(f"  - <<ccr:{known}>>.\n", 10_000)[1] == "only a marker, no summary"  # known or not
+    ok, reason = s2.passes_gate(L + f"\nsee <<ccr:{invented}>>", 10_000, archive=archive)
+    assert not ok and reason == f"marker not in the archive (<<ccr:{invented}>>)"
+    assert s2.passes_gate(L + f"\nsee <<ccr:{known}>>", 10_000, archive=archive) == (True, "ok")
+
+
+def test_gate_refuses_a_summary_not_smaller_than_what_it_replaces() -> None:
+    body = L.strip()
+    ok, reason = s2.passes_gate(body, 10_000, max_chars=len(body))
+    assert not ok and reason.startswith("larger than what it replaces")
+    assert s2.passes_gate(body, 10_000, max_chars=len(body) + 1) == (True, "ok")
+
+
+SEGMENT = (
+    "[user]: Fix src/app/api.py; the server listens on port 8081 (build 7f3a9c2e1b).\n\n"
+    "[assistant]: Running `pytest -q tests/test_api.py`: 1 failed in 0.32s, p99 850 ms, error E1042.\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("prose", "invented"),
+    [
+        ("## Files Read\n- src/app/models.py (the handler)\n" + L, "src/app/models.py"),
+        ("## Key Decisions\n- moved the server to port 8443\n" + L, "8443"),
+        ("## Current Task State\n- build 9e8d7c6b5a deployed\n" + L, "9e8d7c6b5a"),
+        ("## Commands Executed\n- `docker compose up -d` -> ok\n" + L, "docker compose up -d"),
+        ("## Errors & Resolutions\n- E2077 -> unresolved\n" + L, "E2077"),
+    ],
+)
+def test_gate_refuses_facts_not_in_the_segment(prose: str, invented: str) -> None:
+    ok, reason = s2.passes_gate(prose, len(SEGMENT), source=SEGMENT)
+    assert not ok and reason.startswith("facts not in the segment") and invented in reason
+    assert s2.passes_gate(prose, len(SEGMENT))[0]  # without the segment the gate cannot know
+
+
+def test_gate_accepts_faithful_shortenings() -> None:
+    prose = (
+        "## Files Read\n- api.py (src/app/api.py), port 8081, build 7f3a9c2e1b\n"
+        "## Commands Executed\n- pytest -q tests/test_api.py -> 1 failed (0.32 s, p99 850ms, E1042)\n"
+    )
+    assert s2.passes_gate(prose, len(SEGMENT), source=SEGMENT) == (True, "ok")
+
+
+def test_retry_emphasis_names_the_problem() -> None:
+    assert "copied exactly" in s2.retry_emphasis("facts not in the segment: 8443")
+    assert "at least 80 characters" in s2.retry_emphasis("too short (25 chars < 80)", floor=80)
+    assert "at most 500 characters" in s2.retry_emphasis("larger than what it replaces (5 >= 1)", max_chars=1000)
+    assert "no apology" in s2.retry_emphasis("refusal ('I'm sorry')")
+    assert s2.retry_emphasis("x").startswith("IMPORTANT: your previous answer was rejected (x).")
+
+
+def test_summary_prompt_carries_the_emphasis_before_the_segment() -> None:
+    prompt = s2.summary_prompt("[user]: hi\n\n", emphasis="IMPORTANT: be exact")
+    assert prompt.index("IMPORTANT: be exact") < prompt.index(s2.SEGMENT_LINE)
+    assert "IMPORTANT" not in s2.summary_prompt("[user]: hi\n\n")
+
+
+def test_summary_max_tokens_follows_segment_and_window() -> None:
+    assert s2.summary_max_tokens(1_000, None) == 256
+    assert s2.summary_max_tokens(24_000, None) == 2000
+    assert s2.summary_max_tokens(10**7, None) == 2048
+    assert s2.summary_max_tokens(24_000, 2048) == 512  # llama.cpp counts the output against n_ctx
+
+
+# ledger and extractive summary -------------------------------------------------------------------
+
+
+def test_with_ledger_lists_only_what_the_prose_lost() -> None:
+    from contextkit.policy import ledger as ids
+
+    led = ids.extract(SEGMENT)
+    merged = s2.with_ledger("Fixed src/app/api.py.", led, len(SEGMENT) * 10)
+    table = merged[merged.index(ids.LEDGER_HEADER) :]
+    assert "src/app/api.py" not in table and "8081" in table and "pytest -q tests/test_api.py" in table
+    assert ids.retention(led.all(), merged) == 1.0
+    assert s2.with_ledger("all here", ids.Ledger(()), 1000) == "all here"
+
+
+def test_extractive_summary_first_and_last_lines_and_ledger_within_half() -> None:
+    from contextkit.policy import ledger as ids
+
+    body = "\n".join(["FIRST line of the file"] + ["middle of the file"] * 200 + ["LAST line, exit code 3"])
+    h = [Message.system("s"), Message.user("Look at src/app/api.py on port 8081")]
+    h += [Message.assistant("reading", [ToolCall("c1", "read_file", '{"path": "src/app/api.py"}')])]
+    h += [Message.tool("c1", body), Message.assistant("done: E1042 fixed"), Message.user("recent")]
+    plan = s2.plan_segment(h, min_keep_recent=1)
+    assert plan is not None
+    transcript = s2.segment_transcript(plan)
+    led = ids.extract(transcript)
+    text = s2.extractive_summary(plan, led, len(transcript))
+    assert text.startswith(s2.EXTRACTIVE_HEADER) and len(text) <= len(transcript) // 2
+    assert "FIRST line of the file ... LAST line, exit code 3" in text and "middle of the file" not in text
+    assert "- [assistant read_file] reading" in text
+    assert ids.retention(led.all(), text) == 1.0
+
+
+def test_extractive_summary_of_many_messages_counts_what_it_leaves_out() -> None:
+    from contextkit.policy import ledger as ids
+
+    h = [Message.system("s")] + [Message.user(f"message {i} " + "w" * 30) for i in range(300)] + [Message.user("r")]
+    plan = s2.plan_segment(h, min_keep_recent=1)
+    assert plan is not None
+    transcript = s2.segment_transcript(plan)
+    text = s2.extractive_summary(plan, ids.extract(transcript), len(transcript))
+    assert len(text) <= len(transcript) // 2
+    assert "older messages not listed)" in text and "message 299" in text  # the most recent are kept
+
+
+def test_extractive_lines_never_cut_a_marker() -> None:
+    from contextkit.policy import ledger as ids
+
+    stub = "[Old tool result cleared - 402 lines] " + "x" * 300 + f" recall {marker(key_for('orig'))} for it"
+    h = [Message.system("s"), *[Message.user(stub) for _ in range(6)], Message.user("r")]
+    plan = s2.plan_segment(h, min_keep_recent=1)
+    assert plan is not None
+    transcript = s2.segment_transcript(plan)
+    text = s2.extractive_summary(plan, ids.extract(transcript), len(transcript))
+    assert text.count(marker(key_for("orig"))) == 6 and "<<ccr..." not in text

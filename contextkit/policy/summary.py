@@ -8,7 +8,11 @@ Pure (no IO, no clock): the compactor does the network call between ``summary_pr
   message (the task and its tool chain stay whole).
 * ``summarizer_input`` renders the compactable middle for the summarizer, budgeted against its window.
 * ``summary_prompt`` asks for facts only, in fixed sections.
-* ``passes_gate`` rejects empty, error, refusal and too-short answers.
+* ``passes_gate`` rejects empty, error, refusal and too-short answers, a bare marker or one the archive
+  does not hold, prose larger than what it replaces, and identifiers the segment does not contain.
+* ``retry_emphasis`` says what the second attempt must do differently.
+* ``with_ledger`` merges the model's prose with the identifier ledger (``contextkit.policy.ledger``);
+  ``extractive_summary`` is the model-free fallback (first/last lines of each message + the ledger).
 * ``identifier_retention`` measures which paths/commands/numbers/ids of the segment survive.
 * ``apply_summary`` rebuilds the history around one summary message.
 """
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 
 from contextkit.markers import ArchiveSink, extract_keys, marker
 from contextkit.messages import Message, ToolCall, newest_request_index, render_transcript
+from contextkit.policy import ledger as ids
 from contextkit.policy._common import tool_result_as_user
 from contextkit.policy.pairing import snap_cut
 
@@ -170,8 +175,9 @@ def summarizer_input(plan: SegmentPlan, *, archive: ArchiveSink | None, window_t
     return "".join(parts)
 
 
-def summary_prompt(segment: str, instruction: str | None = None) -> str:
-    """The prompt sent as one user message; ``instruction`` (manual compaction) is passed through."""
+def summary_prompt(segment: str, instruction: str | None = None, emphasis: str | None = None) -> str:
+    """The prompt sent as one user message; ``instruction`` (manual compaction) is passed through,
+    ``emphasis`` (a retry) says what the previous answer got wrong."""
     guided = ""
     if instruction and instruction.strip():
         guided = (
@@ -179,11 +185,34 @@ def summary_prompt(segment: str, instruction: str | None = None) -> str:
             + instruction.strip()
             + "\nKeep the sections above; put what the instruction asks for first."
         )
+    if emphasis and emphasis.strip():
+        guided += "\n\n" + emphasis.strip()
     return f"{PROMPT_TEMPLATE}{guided}\n\n{SEGMENT_LINE}\n\n{segment}"
 
 
-def passes_gate(text: str | None, segment_chars: int) -> tuple[bool, str]:
-    """(ok, reason): empty, error text, refusal or shorter than min(segment/40, 80) is rejected."""
+def summary_max_tokens(segment_chars: int, window: int | None) -> int:
+    """Output cap of a summary call: about a third of the segment's size, 256-2,048 tokens, and at most
+    a quarter of the summarizer's window (servers such as llama.cpp count the output against it)."""
+    cap = min(max(segment_chars // (CHARS_PER_TOKEN * 3), 256), 2048)
+    return min(cap, max(window // 4, 128)) if window else cap
+
+
+def passes_gate(
+    text: str | None,
+    segment_chars: int,
+    *,
+    source: str | None = None,
+    max_chars: int | None = None,
+    archive: ArchiveSink | None = None,
+) -> tuple[bool, str]:
+    """(ok, reason) for a model's summary prose.
+
+    Always: empty, error text, refusal, shorter than min(segment/40, 80) chars, or nothing but
+    ``<<ccr:KEY>>`` markers. With ``archive``: a marker whose key the archive does not hold (a
+    pointer to nothing). With ``max_chars``: prose at least that long (the summary would not be
+    smaller than what it replaces). With ``source`` (the segment's text): an identifier - file path,
+    URL, command, port, id, number - that the segment does not contain (an invented fact).
+    """
     body = (text or "").strip()
     if not body:
         return False, "empty summary"
@@ -193,46 +222,115 @@ def passes_gate(text: str | None, segment_chars: int) -> tuple[bool, str]:
             return False, f"refusal ({body[:40]!r})"
     if start.startswith(_ERROR_STARTS) or _ERROR_LINE_RE.match(start):
         return False, f"error text instead of a summary ({body.splitlines()[0][:60]!r})"
+    if not _MARKER_TEXT_RE.sub("", body).strip(_PUNCTUATION):
+        return False, "only a marker, no summary"
+    if archive is not None:
+        unknown = [key for key in dict.fromkeys(extract_keys(body)) if archive.get(key) is None]
+        if unknown:
+            return False, f"marker not in the archive ({marker(unknown[0])})"
     floor = min(max(segment_chars, 0) // 40, 80)
     if len(body) < floor:
         return False, f"too short ({len(body)} chars < {floor})"
+    if max_chars is not None and len(body) >= max_chars:
+        return False, f"larger than what it replaces ({len(body)} chars >= {max(max_chars, 0)})"
+    if source is not None:
+        invented = ids.ungrounded(body, source)
+        if invented:
+            shown = ", ".join(invented[:4]) + (f" (+{len(invented) - 4} more)" if len(invented) > 4 else "")
+            return False, f"facts not in the segment: {shown}"
     return True, "ok"
 
 
-_PATH_RE = re.compile(
-    r"(?<![\w/.<:-])(?:~?/?[\w.@-]+/)+[\w.@-]+|\b[\w-]+\.(?:py|pyi|js|ts|tsx|jsx|go|rs|md|json|toml|ya?ml|txt|cfg|ini|sh|c|h|cc|cpp|hpp|java|kt|rb|php|html|css|sql|lock|csv|ipynb)\b"
-)
-_NUMBER_RE = re.compile(r"(?<![\w.])\d{3,}(?![\w])")
-_HEX_RE = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,64}\b")
-_COMMAND_RE = re.compile(r"(?m)^\s*\$\s+(\S[^\n]{0,120})$")
-_CALL_RE = re.compile(r"\[tool_calls: ([^\]\n]+)\]")
+def retry_emphasis(reason: str, *, max_chars: int | None = None, floor: int = 80) -> str:
+    """What the second attempt must do differently, given why the first one was rejected."""
+    rules = [f"IMPORTANT: your previous answer was rejected ({reason[:200]})."]
+    if reason.startswith("facts not in the segment"):
+        rules.append(
+            "Write only names, paths, numbers and commands that appear in the segment, copied exactly; "
+            "when unsure, leave the detail out."
+        )
+    elif reason.startswith(("too short", "empty", "only a marker")):
+        rules.append(f"Write at least {floor} characters of notes about what happened in the segment.")
+    elif reason.startswith("larger than"):
+        rules.append(f"Be brief: at most {max(max_chars or 0, 200) // 2} characters, one short line per fact.")
+    else:
+        rules.append("Write the notes themselves: no apology, no error message, no markers.")
+    return " ".join(rules)
+
+
 _MARKER_TEXT_RE = re.compile(r"<<ccr:[0-9a-f]{16}>>")
+_PUNCTUATION = " \t\r\n.,:;-*#>[](){}\"'`"
 
 
 def identifiers(text: str) -> set[str]:
-    """Paths, shell commands, tool names, numbers of 3+ digits and hex ids in ``text``.
+    """Paths, URLs, commands, error codes, ports, ids/hashes, function/table/tool names and numbers.
 
     CCR markers are plumbing, not conversation: their keys are not counted.
     """
-    text = _MARKER_TEXT_RE.sub(" ", text)
-    found: set[str] = set()
-    found.update(p.rstrip(".,:;)") for p in _PATH_RE.findall(text))
-    found.update(c.strip() for c in _COMMAND_RE.findall(text))
-    for calls in _CALL_RE.findall(text):
-        found.update(name.split("(", 1)[0].strip() for name in calls.split(", ") if name.strip())
-    found.update(_NUMBER_RE.findall(text))
-    found.update(_HEX_RE.findall(text))
-    found.discard("")
-    return found
+    return ids.identifiers(text)
 
 
 def identifier_retention(segment: str, summary: str) -> float | None:
     """Share of the segment's identifiers that appear verbatim in the summary; None when it has none."""
-    wanted = identifiers(segment)
-    if not wanted:
-        return None
-    kept = sum(1 for ident in wanted if ident in summary)
-    return kept / len(wanted)
+    return ids.retention(identifiers(segment), summary)
+
+
+LEDGER_SHARE = 4  # the ledger may take at most 1/4 of the segment it stands for
+EXTRACTIVE_SHARE = 2  # the whole extractive summary at most 1/2
+EXTRACTIVE_HEADER = (
+    "[extractive summary - the summarizer model's notes were not usable; first and last line of each "
+    "summarized message]"
+)
+
+
+def ledger_budget(segment_chars: int) -> int:
+    """Characters the identifier ledger may take in a summary of ``segment_chars``."""
+    return max(min(segment_chars // LEDGER_SHARE, 8_000), 0)
+
+
+def with_ledger(prose: str, ledger: ids.Ledger, segment_chars: int) -> str:
+    """The model's prose followed by the segment's identifiers that the prose does not already quote."""
+    missing = tuple((cls, tuple(v for v in values if v not in prose)) for cls, values in ledger.items)
+    rest = ids.Ledger(tuple((cls, values) for cls, values in missing if values))
+    table = rest.render(ledger_budget(segment_chars))
+    return prose.strip() + ("\n\n" + table if table else "")
+
+
+def _line(text: str, cap: int) -> str:
+    """One line within ``cap`` characters; markers are kept whole (a cut marker points nowhere)."""
+    text = " ".join(text.split())
+    if len(text) <= cap:
+        return text
+    keys = extract_keys(text)
+    bare = " ".join(_MARKER_TEXT_RE.sub(" ", text).split()) if keys else text
+    cut = bare if len(bare) <= cap else bare[: max(cap - 3, 1)] + "..."
+    return cut + "".join(f" {marker(k)}" for k in dict.fromkeys(keys))
+
+
+def extractive_summary(plan: SegmentPlan, ledger: ids.Ledger, segment_chars: int) -> str:
+    """A model-free summary: the first and last line of each message, then the ledger.
+
+    At most half the segment: the line cap shrinks with the number of messages, and when even
+    short lines do not fit only the most recent messages are listed (the rest are counted).
+    """
+    budget = max(segment_chars // EXTRACTIVE_SHARE - len(EXTRACTIVE_HEADER), 0)
+    table = ledger.render(min(ledger_budget(segment_chars), budget * 2 // 3))
+    room = budget - len(table) - 64  # the blank line before the ledger and the "not listed" line
+    cap = max(min(room // max(2 * plan.count, 1) - 16, 160), 40)
+    rows: list[str] = []
+    for m in plan.segment:
+        label = m.role + (f" {m.tool_calls[0].name}" if m.tool_calls else "")
+        lines = [ln for ln in m.content.splitlines() if ln.strip()]
+        if m.tool_calls and not lines:
+            lines = [", ".join(_call_text(c) for c in m.tool_calls)]
+        first = _line(lines[0], cap) if lines else ""
+        last = _line(lines[-1], cap) if len(lines) > 1 else ""
+        rows.append(f"- [{label}] {first}" + (f" ... {last}" if last else ""))
+    while rows and sum(len(r) + 1 for r in rows) > room:
+        rows.pop(0)
+    skipped = plan.count - len(rows)
+    head = [EXTRACTIVE_HEADER] + ([f"- ({skipped} older messages not listed)"] if skipped else [])
+    return "\n".join(head + rows) + ("\n\n" + table if table else "")
 
 
 def downgrade_verbatim(message: Message) -> Message:
