@@ -16,9 +16,20 @@ ensure_offline()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-slow", action="store_true", default=False, help="also run tests marked slow")
+    parser.addoption(
+        "--skip-real",
+        action="store_true",
+        default=False,
+        help="skip the real-infrastructure lane (tests/real: Debian's nginx and a llama.cpp server); CI runs it",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--skip-real"):
+        skip_real = pytest.mark.skip(reason="real-infrastructure lane skipped with --skip-real")
+        for item in items:
+            if "real" in item.keywords:
+                item.add_marker(skip_real)
     # `-m slow` selects them explicitly; otherwise slow tests need --run-slow.
     if config.getoption("--run-slow") or "slow" in (config.getoption("-m") or ""):
         return

@@ -1,0 +1,51 @@
+"""Fixtures of the real-infrastructure lane: Debian's nginx and llama-cpp-python's server.
+
+``scripts/test.sh`` installs both (nginx with apt, the llama-cpp-python wheel built once into
+``${XDG_CACHE_HOME:-~/.cache}/contextkit/wheels``). When they are missing these fixtures fail with
+the command that installs them; ``--skip-real`` skips the lane on purpose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from contextkit.sim import GatewaySimulator
+from contextkit.sim import llama as llama_mod
+from contextkit.sim.llama import LlamaServer
+from contextkit.sim.nginx import NginxGateway, nginx_binary
+
+INSTALL_HINT = "run `bash scripts/test.sh` once (it installs them), or skip this lane with --skip-real"
+
+
+@pytest.fixture(scope="session")
+def sim() -> Iterator[GatewaySimulator]:
+    with GatewaySimulator() as gw:
+        yield gw
+
+
+@pytest.fixture
+def nginx_in_front() -> Iterator[Callable[..., NginxGateway]]:
+    """``nginx_in_front(upstream_port, variant="413", max_body="48k")`` -> a started NginxGateway."""
+    if nginx_binary() is None:
+        pytest.fail(f"nginx is not installed: {INSTALL_HINT}")
+    started: list[NginxGateway] = []
+
+    def start(upstream_port: int, variant: str = "413", max_body: str = "48k") -> NginxGateway:
+        gateway = NginxGateway(upstream_port, variant=variant, max_body=max_body).start()
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        gateway.cleanup()
+
+
+@pytest.fixture(scope="module")
+def llama_2048() -> Iterator[LlamaServer]:
+    """SmolLM2-135M-Instruct behind llama-cpp-python's server with n_ctx 2048 (two threads)."""
+    if not llama_mod.available():
+        pytest.fail(f"llama-cpp-python's server or the SmolLM2 GGUF is missing: {INSTALL_HINT}")
+    with LlamaServer(n_ctx=2048) as server:
+        yield server
