@@ -260,7 +260,7 @@ class Compactor:
             return
         since = (len(run.history), run.bytes, run.tokens())
         transcript = s2.segment_transcript(plan)
-        ledger = ids.extract(transcript)
+        ledger = ids.extract(s2.ledger_source(plan, self.archive))
         self._flush(plan.segment, info, "summarize")
         prose: str | None = None
         if self.model_pause > 0 and info.trigger != "manual":
@@ -311,7 +311,7 @@ class Compactor:
         the pause doubles while the model keeps failing and resets after an accepted summary.
         """
         segment_text = s2.summarizer_input(plan, archive=self.archive, window_tokens=window)
-        source = transcript + "\n" + segment_text  # restored stubs are facts of the segment too
+        source = s2.ledger_source(plan, self.archive) + "\n" + segment_text  # restored stubs are facts too
         room = len(transcript) - len(s2.with_ledger("", ledger, len(transcript))) - SUMMARY_OVERHEAD
         max_tokens = s2.summary_max_tokens(len(segment_text), window)
         reason, emphasis = "", None

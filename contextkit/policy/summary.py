@@ -377,6 +377,24 @@ def apply_summary(
     ]
 
 
+LEDGER_RESTORE_CHARS = 400_000
+
+
+def ledger_source(plan: SegmentPlan, archive: ArchiveSink | None) -> str:
+    """The text the identifier ledger is taken from: the segment, plus the archived originals its stubs
+    point to (microcompact may have cleared a tool result the summary must still account for)."""
+    parts = [segment_transcript(plan)]
+    budget = LEDGER_RESTORE_CHARS
+    if archive is not None:
+        for m in plan.segment:
+            for key in extract_keys(m.content):
+                original = archive.get(key)
+                if original and len(original) <= budget:
+                    parts.append(original)
+                    budget -= len(original)
+    return "\n\n".join(parts)
+
+
 def segment_transcript(plan: SegmentPlan) -> str:
     """What gets archived: the full, untruncated compactable middle."""
     return render_transcript(plan.segment)

@@ -93,8 +93,8 @@ def test_real_summaries_go_through_the_gate(llama_2048: LlamaServer) -> None:
     summarizer = Recording(LiteLLMSummarizer(kwargs.pop("model"), timeout=300, **kwargs))
     archive = Archive.in_memory()
     compactor = Compactor(archive=archive, limits=Limits(min_keep_recent=1, summary_timeout=300))
-    result = compactor.compact(
-        history, summarizer=summarizer, trigger="auto", budget=request_bytes(history) // 2,
+    result = compactor.compact(  # over budget, so a summary the gate refuses gives way to the extractive one
+        history, summarizer=summarizer, trigger="auto", budget=request_bytes(history) * 9 // 10,
         measure=request_bytes, summarizer_window=2048,
     )  # fmt: skip
     calls = len(summarizer.requests)
