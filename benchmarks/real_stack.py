@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-ctx", type=int, default=8192)
     parser.add_argument("--variant", default="413", choices=("413", "waf403", "drop"))
     parser.add_argument("--max-body", default="48k")
-    parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads (1 is faster on a crowded machine)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="llama.cpp threads (default 2, or CONTEXTKIT_LLAMA_THREADS; 1 is faster on a crowded machine)")
     args = parser.parse_args(argv)
     started = time.monotonic()
 

@@ -77,6 +77,13 @@ def test_extract_mode_applies_a_real_summary(gw: GatewaySimulator) -> None:
     assert "## Files Read" in summary.content and "src/app/api.py" in summary.content
     assert result.identifier_retention == 1.0 and result.summary_source == "model"
     assert result.prose_retention is not None and 0 < result.prose_retention <= 1.0
+    from contextkit.analysis import frames
+
+    assert compactor.events is not None
+    row = frames(compactor.events).compactions.filter(phase="summarize", outcome="applied").row(0, named=True)
+    assert (row["identifier_retention"], row["prose_retention"], row["summary_source"]) == (
+        1.0, result.prose_retention, "model",
+    )  # fmt: skip
     assert compactor.stats.summary_calls == 1 and compactor.stats.summarizer_prompt_tokens > 0
     assert compactor.stats.summarizer_completion_tokens > 0
     assert find_orphans(result.history) == ([], [])

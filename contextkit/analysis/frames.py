@@ -20,9 +20,10 @@ compactions — one row per finished compaction phase (``CompactionEvent`` whose
     session_id str, seq i64, ts f64, turn i64, trigger str, phase str, level i64, status str,
     outcome str, messages_before/after i64, bytes_before/after i64, tokens_before/after i64,
     freed_bytes i64 (before - after), freed_tokens i64, summarizer_prompt_tokens i64,
-    summarizer_completion_tokens i64, summarizer_cost f64, identifier_retention f64?,
-    archived i64 (number of archived keys), latency_s f64? (since the phase's ``running`` event,
-    null when there was none), detail str.
+    summarizer_completion_tokens i64, summarizer_cost f64, identifier_retention f64? (the applied
+    summary: prose + identifier ledger), prose_retention f64? (the summarizer model's prose alone),
+    summary_source str (model | extractive | ""), archived i64 (number of archived keys), latency_s
+    f64? (since the phase's ``running`` event, null when there was none), detail str.
 
 recoveries — one row per recovery-ladder step (``RecoveryEvent``):
     session_id str, seq i64, ts f64, turn i64, failure_kind str, reason str, level i64,
@@ -104,6 +105,8 @@ COMPACTIONS_SCHEMA = pl.Schema(
         "summarizer_completion_tokens": _I64,
         "summarizer_cost": _F64,
         "identifier_retention": _F64,
+        "prose_retention": _F64,
+        "summary_source": _STR,
         "archived": _I64,
         "latency_s": _F64,
         "detail": _STR,
@@ -253,6 +256,8 @@ def frames(events: EventLog | Iterable[Event | Mapping[str, Any]]) -> Frames:
                     "summarizer_completion_tokens": e.summarizer_completion_tokens,
                     "summarizer_cost": e.summarizer_cost,
                     "identifier_retention": e.identifier_retention,
+                    "prose_retention": getattr(e, "prose_retention", None),
+                    "summary_source": getattr(e, "summary_source", ""),
                     "archived": len(e.archived_keys),
                     "latency_s": max(0.0, e.ts - started) if started is not None else None,
                     "detail": e.detail,

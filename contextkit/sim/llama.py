@@ -52,9 +52,11 @@ def available() -> bool:
 class LlamaServer:
     """``python -m llama_cpp.server`` on 127.0.0.1 with a small window; ``with LlamaServer(2048) as srv:``."""
 
-    def __init__(self, n_ctx: int = 2048, *, n_threads: int = 2, startup_timeout: float = 180.0) -> None:
+    def __init__(self, n_ctx: int = 2048, *, n_threads: int | None = None, startup_timeout: float = 180.0) -> None:
         self.n_ctx = int(n_ctx)
-        self.n_threads = int(n_threads)
+        # two threads on an idle two-core machine; on a crowded one a single thread is many times faster
+        # (llama.cpp's threads wait for each other), so CONTEXTKIT_LLAMA_THREADS may lower it
+        self.n_threads = int(n_threads or os.environ.get("CONTEXTKIT_LLAMA_THREADS") or 2)
         self.startup_timeout = startup_timeout
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
