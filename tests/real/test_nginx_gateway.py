@@ -98,12 +98,16 @@ def check_session_against_nginx(session: Session, gateway: NginxGateway, docs: l
     log = gateway.access_log()
     rejected = [(i, r) for i, r in enumerate(log) if r.status != 200]
     assert rejected, "the conversation must outgrow nginx's cap at least once"
-    # nothing is sent again at a size nginx refused: every later request is smaller than each rejection
+    # nothing is sent again at a size nginx refused: after the last rejection of a size every request is smaller.
+    # A dropped connection says nothing by itself: the evidence is the same request dropped twice while smaller
+    # ones went through, so that variant may send one identical request once more - never a third time.
+    repeats = 2 if variant == "drop" else 1
+    sizes = [r.content_length for _, r in rejected]
+    assert None not in sizes and all(sizes.count(size) <= repeats for size in sizes), sizes
     for i, r in rejected:
-        assert r.content_length is not None
-        later = [x.content_length or 0 for x in log[i + 1 :]]
-        assert all(size < r.content_length for size in later), (r, later)
-    assert len(rejected) <= 2, [r for _, r in rejected]
+        later = [x.content_length or 0 for x in log[i + 1 :] if x.content_length != r.content_length]
+        assert all(size < (r.content_length or 0) for size in later), (r, later)
+    assert len(set(sizes)) <= 2, sizes
     # the cap is learned from nginx's answer, below what nginx refused
     caps = [e for e in session.events if isinstance(e, CapEvent) and e.source == "learned"]
     assert caps and session.payload_cap is not None and session.payload_cap < min(r.content_length or 0 for _, r in rejected)
