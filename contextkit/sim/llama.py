@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from contextkit.errors import ConfigError
-from contextkit.sim.nginx import free_port, wait_for_port
+from contextkit.sim.nginx import free_port, stop_process, wait_for_port
 
 LLAMA_VERSION = "0.3.36"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -92,13 +92,7 @@ class LlamaServer:
 
     def stop(self) -> None:
         process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
+        stop_process(process, signal.SIGINT, grace=15)
 
     def log(self) -> str:
         return Path(self._log.name).read_text(encoding="utf-8", errors="replace")

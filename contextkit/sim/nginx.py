@@ -97,6 +97,18 @@ def wait_for_port(port: int, *, timeout: float, process: subprocess.Popen[bytes]
     raise TimeoutError(f"nothing listened on 127.0.0.1:{port} within {timeout:g} s")
 
 
+def stop_process(process: subprocess.Popen[bytes] | None, sig: int, *, grace: float) -> None:
+    """Send ``sig``, wait ``grace`` seconds, then kill: a server that hangs never outlives its owner."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(sig)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=5)
+
+
 @dataclass(frozen=True)
 class AccessRecord:
     """One line of the access log: what nginx answered and the body size the client declared."""
@@ -163,13 +175,7 @@ class NginxGateway:
 
     def stop(self) -> None:
         process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGQUIT)  # graceful: the access log is flushed
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
+        stop_process(process, signal.SIGQUIT, grace=10)  # SIGQUIT: graceful, the access log is flushed
 
     def cleanup(self) -> None:
         self.stop()
