@@ -127,7 +127,7 @@ class Ledger:
             line, shown = head, 0
             for entry in entries:
                 piece = (sep if shown or cls == "commands" else "") + entry
-                if used + len(line) + len(piece) + 80 > budget:
+                if used + len(line) + len(piece) + 60 > budget:  # room for the "more not listed" line
                     break
                 line += piece
                 shown += 1

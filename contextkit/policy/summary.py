@@ -275,7 +275,7 @@ def identifier_retention(segment: str, summary: str) -> float | None:
     return ids.retention(identifiers(segment), summary)
 
 
-LEDGER_SHARE = 4  # the ledger may take at most 1/4 of the segment it stands for
+LEDGER_SHARE = 3  # the ledger may take at most 1/3 of the segment it stands for
 EXTRACTIVE_SHARE = 2  # the whole extractive summary at most 1/2
 EXTRACTIVE_HEADER = (
     "[extractive summary - the summarizer model's notes were not usable; first and last line of each "
@@ -314,7 +314,7 @@ def extractive_summary(plan: SegmentPlan, ledger: ids.Ledger, segment_chars: int
     short lines do not fit only the most recent messages are listed (the rest are counted).
     """
     budget = max(segment_chars // EXTRACTIVE_SHARE - len(EXTRACTIVE_HEADER), 0)
-    table = ledger.render(min(ledger_budget(segment_chars), budget * 2 // 3))
+    table = ledger.render(min(ledger_budget(segment_chars), budget * 3 // 4))  # identifiers first, then lines
     room = budget - len(table) - 64  # the blank line before the ledger and the "not listed" line
     cap = max(min(room // max(2 * plan.count, 1) - 16, 160), 40)
     rows: list[str] = []
