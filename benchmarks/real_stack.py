@@ -18,8 +18,10 @@ calls in 29 turns, 29 discarded (85%), applied summaries kept 0-16% of identifie
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
+from typing import Any
 
 from contextkit import Limits, Session
 from contextkit.archive import Archive
@@ -31,12 +33,33 @@ from contextkit.sim.nginx import NginxGateway
 from contextkit.sizing import format_size
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _turns(args: argparse.Namespace, session: Session, docs: list[str], failed: list[int], status: Any) -> None:
+    for turn in range(args.turns):
+        doc, _ = document(1000 + turn, 6_000 + (turn * 1_337) % 4_000)
+        docs.append(doc)
+        try:
+            reply = session.send(f"Incident report {turn + 1}:\n\n{doc}\n\nWhich port is mentioned? One line.")
+            status(f"turn {turn + 1}: ok ({format_size(session.measure().bytes)} history) {reply.text[:60]!r}")
+        except Exception as exc:  # noqa: BLE001 - a failed turn is a measured outcome, the run goes on
+            failed.append(turn + 1)
+            status(f"turn {turn + 1}: FAILED {type(exc).__name__}: {str(exc)[:200]}")
+        st = session.compactor.stats
+        status(f"  so far: {st.summary_calls} summarizer calls, {st.summary_rejections} rejected, "
+               f"{st.summary_failures} failed, {st.extractive_summaries} extractive, {len(failed)} failed turns")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--n-ctx", type=int, default=8192)
     parser.add_argument("--variant", default="413", choices=("413", "waf403", "drop"))
     parser.add_argument("--max-body", default="48k")
+    parser.add_argument("--keep-recent", type=int, default=4,
+                        help="Limits.min_keep_recent: with 6-10 KB messages the default 8 leaves Level 2 nothing to do")
     parser.add_argument("--threads", type=int, default=None,
                         help="llama.cpp threads (default 2, or CONTEXTKIT_LLAMA_THREADS; 1 is faster on a crowded machine)")
     args = parser.parse_args(argv)
@@ -51,22 +74,17 @@ def main(argv: list[str] | None = None) -> int:
             llama.model, api_base=gateway.api_base, api_key="llama-local", status=status, on_flush=None,
             archive=Archive.in_memory(session_id="real-stack"),
             # a reply cut at max_tokens is kept as it is: the run measures compaction, not long answers
-            limits=Limits(retry_backoff=1.0, request_timeout=900, summary_timeout=900, max_token_escalations=0),
+            limits=Limits(retry_backoff=1.0, request_timeout=900, summary_timeout=900, max_token_escalations=0,
+                          min_keep_recent=args.keep_recent),
             max_tokens=48, temperature=0.0,
         )  # fmt: skip
         docs, failed = [], []
-        for turn in range(args.turns):
-            doc, _ = document(1000 + turn, 6_000 + (turn * 1_337) % 4_000)
-            docs.append(doc)
-            try:
-                reply = session.send(f"Incident report {turn + 1}:\n\n{doc}\n\nWhich port is mentioned? One line.")
-                status(f"turn {turn + 1}: ok ({format_size(session.measure().bytes)} history) {reply.text[:60]!r}")
-            except Exception as exc:  # noqa: BLE001 - a failed turn is a measured outcome, the run goes on
-                failed.append(turn + 1)
-                status(f"turn {turn + 1}: FAILED {type(exc).__name__}: {str(exc)[:200]}")
-            st = session.compactor.stats
-            status(f"  so far: {st.summary_calls} summarizer calls, {st.summary_rejections} rejected, "
-                   f"{st.summary_failures} failed, {st.extractive_summaries} extractive, {len(failed)} failed turns")
+        signal.signal(signal.SIGTERM, _stop)  # stop early, still print what was measured
+        try:
+            _turns(args, session, docs, failed, status)
+        except KeyboardInterrupt:
+            status(f"stopped early after {len(docs)} turns (the turn in progress is counted as not run)")
+            docs.pop()
         access = gateway.access_log()
     wall = time.monotonic() - started
     stats = session.compactor.stats
@@ -82,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     rejected = [r for r in access if r.status != 200]
 
     print(f"\nreal stack: nginx {args.variant} ({args.max_body}) -> llama.cpp SmolLM2-135M n_ctx {args.n_ctx}")
-    print(f"turns                         {args.turns - len(failed)}/{args.turns} ok   failed: {failed or 'none'}  (bar: none)")
+    print(f"turns                         {len(docs) - len(failed)}/{len(docs)} ok   failed: {failed or 'none'}  (bar: none)")
     print(f"summarizer calls              {stats.summary_calls}")
     print(f"  discarded                   {discarded} ({stats.summary_rejections} rejected by the gate, "
           f"{stats.summary_failures} failed) = {ratio:.0%}   (bar: <= 20%; first version: 29/34 = 85%)")  # fmt: skip
