@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from contextkit.errors import ConfigError
-from contextkit.sim.nginx import free_port, stop_process, wait_for_port
+from contextkit.sim.nginx import die_with_parent, free_port, stop_process, wait_for_port
 
 LLAMA_VERSION = "0.3.36"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -81,7 +81,9 @@ class LlamaServer:
         self.port = free_port()
         cmd = [python, "-m", "llama_cpp.server", "--model", model, "--n_ctx", str(self.n_ctx),
                "--host", "127.0.0.1", "--port", str(self.port), "--n_threads", str(self.n_threads)]  # fmt: skip
-        self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=tempfile.gettempdir())
+        self.process = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=tempfile.gettempdir(), preexec_fn=die_with_parent
+        )
         try:
             wait_for_port(self.port, timeout=self.startup_timeout, process=self.process)
         except (RuntimeError, TimeoutError, OSError):

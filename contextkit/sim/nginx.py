@@ -97,6 +97,17 @@ def wait_for_port(port: int, *, timeout: float, process: subprocess.Popen[bytes]
     raise TimeoutError(f"nothing listened on 127.0.0.1:{port} within {timeout:g} s")
 
 
+def die_with_parent() -> None:
+    """``preexec_fn``: the kernel stops this server when the thread that started it ends (Linux), so a
+    killed test run or benchmark never leaves nginx or llama.cpp behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def stop_process(process: subprocess.Popen[bytes] | None, sig: int, *, grace: float) -> None:
     """Send ``sig``, wait ``grace`` seconds, then kill: a server that hangs never outlives its owner."""
     if process is None or process.poll() is not None:
@@ -165,6 +176,7 @@ class NginxGateway:
             [binary, "-p", str(self.dir), "-c", str(self.config_path), "-g", "daemon off;"],
             stdout=subprocess.DEVNULL,
             stderr=(self.dir / "stderr.log").open("wb"),
+            preexec_fn=die_with_parent,
         )
         try:
             wait_for_port(self.port, timeout=timeout, process=self.process)
