@@ -18,4 +18,4 @@ esac
 echo "== ruff"; ruff check contextkit tests benchmarks
 echo "== mypy"; mypy contextkit
 echo "== pytest (unit, integration, browser)"; python -m pytest -p no:nbval tests "$@"
-echo "== pytest (notebooks)"; python -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=120 notebooks
+echo "== pytest (notebooks)"; python -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=300 notebooks
