@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             _turns(args, session, docs, failed, status)
         except KeyboardInterrupt:
-            status(f"stopped early after {len(docs)} turns (the turn in progress is counted as not run)")
+            status(f"stopped early during turn {len(docs)} (that turn is counted as not run)")
             docs.pop()
         access = gateway.access_log()
     wall = time.monotonic() - started
@@ -116,10 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"nginx                         {len(access)} requests, {len(rejected)} rejected "
           f"({', '.join(f'{r.status}@{r.content_length}' for r in rejected) or 'none'})")  # fmt: skip
     print(f"learned cap / window          {session.payload_cap} B ({session.cap_source}) / {session.context_window} tokens")
-    print(f"turn requests                 {len(requests)} ({sum(r.outcome != 'ok' for r in requests)} not ok)")
+    outcomes = {o: sum(r.outcome == o for r in requests) for o in sorted({r.outcome for r in requests})}
+    print(f"turn requests                 {len(requests)} {outcomes} (length: a reply cut at max_tokens, kept)")
     print(f"documents recoverable         {recoverable}/{len(docs)}")
     print(f"wall time                     {wall:,.0f} s")
     ok = not failed and ratio <= 0.20 and recoverable == len(docs)
+    if len(docs) < args.turns:
+        print(f"stopped after {len(docs)} of {args.turns} turns: bars not judged")
+        return 2
     print("BARS MET" if ok else "BARS NOT MET")
     return 0 if ok else 1
 

