@@ -282,8 +282,8 @@ def _watch_summaries(ctx: FlowContext, sub: Flow) -> Flow:
 
 
 def _summary_bytes(ctx: FlowContext, request: SummaryRequest) -> int:
-    # the body without request parameters: never more than what is sent, so limits stay safe
-    return request_bytes([Message.user(request.prompt)], model=request.model or ctx.state.model)
+    # with the sampling parameters the summarizer sends (temperature, max_tokens): the bytes sent
+    return request_bytes([Message.user(request.prompt)], model=request.model or ctx.state.model, **request.params())
 
 
 def _summary_endpoint(ctx: FlowContext, request: SummaryRequest) -> str:
