@@ -136,12 +136,6 @@ def test_long_conversation_learns_nginx_cap_and_finishes(
     check_session_against_nginx(session, gateway, docs, variant)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="waits on trust-core (issue 12, SPEC S2.4 amendment): a connection nginx drops (`return 444`) for the "
-    "same request while smaller requests succeeded must count as a likely payload limit; until that evidence logic "
-    "is on main the turn is retried as a transient failure and fails",
-)
 def test_long_conversation_through_connection_drops_finishes(
     sim: GatewaySimulator, nginx_in_front: Callable[..., NginxGateway]
 ) -> None:
