@@ -28,6 +28,8 @@ MODEL_PAUSE_START = 2  # Level-2 passes without model calls after two unusable s
 MODEL_PAUSE_MAX = 16  # the pause doubles while the model keeps failing, up to this
 SUMMARY_TEMPERATURES = (0.0, 0.4)  # first attempt, retry: a retry is never the identical request
 SUMMARY_OVERHEAD = 400  # header and recall note around the summary text
+LEDGER_CEILING_SHARE = 4  # the ledger stays under a quarter of the pass's byte budget: every later request carries it
+PROSE_RESERVE = 1_500  # room kept for the model's prose (or the extractive lines) beside the ledger
 _Steps = Generator[SummaryRequest, SummaryResponse | BaseException, None]
 
 
@@ -73,7 +75,10 @@ class SummaryLevel:
             return
         since = (len(run.history), run.bytes, run.tokens())
         transcript = s2.segment_transcript(plan)
-        ledger = ids.extract(s2.ledger_source(plan, self.archive))
+        # run.keys: the stubs Level 1 of this pass just made; their originals still count as the segment's
+        ledger = s2.segment_ledger(
+            plan, self.archive, new_keys=set(run.keys), ceiling=self._ledger_ceiling(run, info, plan)
+        )
         self._flush(plan.segment, info, "summarize")
         prose: str | None = None
         if self.model_pause > 0 and info.trigger != "manual":
@@ -83,13 +88,15 @@ class SummaryLevel:
                        detail="model_paused")  # fmt: skip
         else:
             self._emit(run, info, "summarize", "Summarizing old messages via LLM (may take 30-90 s)", "running", 2)
-            prose = yield from self._ask_model(run, info, plan, transcript, ledger, instruction, window)
+            # the prose must fit beside the full ledger and keep the summary smaller than the segment
+            room = len(transcript) - len(ledger.merged("")) - SUMMARY_OVERHEAD
+            prose = yield from self._ask_model(run, info, plan, ledger.facts, room, instruction, window)
         if prose is None and run.bytes <= info.budget:
             return  # a manual pass under budget: nothing to replace truncation with, so nothing changes
         if prose is None:
-            text, source = s2.extractive_summary(plan, ledger, len(transcript)), "extractive"
+            text, source = ledger.extractive(plan, len(transcript)), "extractive"
         else:
-            text, source = s2.with_ledger(prose, ledger, len(transcript)), "model"
+            text, source = ledger.merged(prose), "model"
         if len(text) >= len(transcript):  # only a tiny segment: a summary would not be smaller
             self._emit(run, info, "summarize", "Summary skipped: it would not be smaller than the messages it replaces",
                        "skipped", 2, detail="not_smaller", **run.usage())  # fmt: skip
@@ -98,7 +105,8 @@ class SummaryLevel:
             transcript, kind="segment", origin={"phase": "summary", "messages": plan.count}, allow_markers=True
         )
         new = s2.apply_summary(run.history, plan, text, segment_key=key, instruction=instruction)
-        wanted = ledger.all()
+        wanted = ledger.identifiers()
+        aged = ledger.aged(text)
         run.retention = ids.retention(wanted, text)
         run.prose_retention = ids.retention(wanted, prose) if prose is not None else None
         run.summary_source = source
@@ -112,20 +120,32 @@ class SummaryLevel:
         text = (f"{label} ({since[0]} -> {len(run.history)} msgs, "
                 f"{format_size(since[1])} -> {format_size(run.bytes)})")  # fmt: skip
         detail = source if fits or source != "model" else f"{source}; did not fit: back-off"
+        if aged:  # the ledger reached its ceiling: the oldest identifiers stay in the archived segment
+            detail += f"; {aged} older identifiers aged out (listed in the archived segment)"
         self._emit(run, info, "summarize", text, "applied", 2, since, identifier_retention=run.retention,
                    prose_retention=run.prose_retention, summary_source=source,
                    archived_keys=(key,) if key else (), detail=detail, **run.usage())  # fmt: skip
 
-    def _ask_model(self, run: Pass, info: CompactionInfo, plan: s2.SegmentPlan, transcript: str, ledger: ids.Ledger,
+    def _ledger_ceiling(self, run: Pass, info: CompactionInfo, plan: s2.SegmentPlan) -> int:
+        """The most the ledger may take: a quarter of the pass's budget, and no more than the budget leaves
+        beside the messages the summary keeps (a ledger that pushes the history over the budget would
+        only send the pass on to truncation, which drops the summary with it)."""
+        share = info.budget // LEDGER_CEILING_SHARE
+        room = info.budget - run.measure([*plan.head, *plan.verbatim, *plan.tail]) - SUMMARY_OVERHEAD - PROSE_RESERVE
+        return max(min(share, room), share // 4)  # when nothing fits anyway, the ledger still lists the most
+
+    def _ask_model(self, run: Pass, info: CompactionInfo, plan: s2.SegmentPlan, facts: str, room: int,
                    instruction: str | None, window: int | None) -> Generator[SummaryRequest, Any, str | None]:  # fmt: skip
         """The model's prose, or None after it was discarded (then the caller applies the extractive summary).
+
+        ``facts`` is what the ledger was taken from (the segment and the originals of this pass's stubs),
+        ``room`` the most characters the prose may take.
 
         Two discarded answers in a row (across passes) pause the model for ``next_pause`` passes;
         the pause doubles while the model keeps failing and resets after an accepted summary.
         """
         segment_text = s2.summarizer_input(plan, archive=self.archive, window_tokens=window)
-        source = s2.ledger_source(plan, self.archive) + "\n" + segment_text  # restored stubs are facts too
-        room = len(transcript) - len(s2.with_ledger("", ledger, len(transcript))) - SUMMARY_OVERHEAD
+        source = facts + "\n" + segment_text  # what the summarizer saw of restored stubs is a fact too
         max_tokens = s2.summary_max_tokens(len(segment_text), window)
         reason, emphasis = "", None
         for attempt in (1, 2):

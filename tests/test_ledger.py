@@ -101,3 +101,18 @@ def test_ungrounded_is_lenient_with_faithful_forms_only() -> None:
     assert ids.ungrounded("src/app.py, 851 ms, port 8082, build 7f3a9c2e1c, `pytest -x`", source) == [
         "src/app.py", "pytest -x", "8082", "7f3a9c2e1c", "851 ms",
     ]  # fmt: skip
+
+
+def test_render_sheds_expendable_identifiers_first_and_counts_them() -> None:
+    """A ledger over its budget leaves out the expendable (oldest) identifiers before any other."""
+    old = [f"/srv/old{i}/service.conf" for i in range(8)]
+    led = ids.extract(" ".join(old) + " and new /srv/b/new.conf on port 8002, 850 ms, 512 MB")
+    full = led.render(10**6)
+    assert led.render(len(full)) == full  # a budget that fits everything lists everything
+    table = led.render(len(full) - 60, expendable=set(old))
+    assert all(i in table for i in led.all() - set(old)) and len(table) <= len(full) - 60
+    shed = [p for p in old if p not in table]
+    assert shed and f"{len(shed)} more identifiers not listed" in table
+    # without expendable identifiers the priority cut applies: the lowest class (numbers) goes first
+    assert "512 MB" not in led.render(len(full) - 60)
+    assert led.render(10**6, expendable=set(old)) == full  # nothing is shed when everything fits

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 # Rendering order is priority order: when the ledger's budget is short, later classes are cut first.
@@ -108,26 +108,27 @@ class Ledger:
     def __len__(self) -> int:
         return sum(len(values) for _, values in self.items)
 
-    def render(self, budget: int) -> str:
+    def render(self, budget: int, expendable: Collection[str] = ()) -> str:
         """The ledger as markdown within ``budget`` characters ("" when there is nothing to list).
 
-        Classes are written in priority order; what does not fit is counted, never silently cut.
+        When it does not fit, the ``expendable`` identifiers (those an earlier summary already carried:
+        the oldest) are left out first, the oldest of each class in turn; then classes are written in
+        priority order. What is left out is counted, never silently cut.
         """
         if not self.items:
             return ""
+        if self._size() <= budget:
+            return self._full()
+        ledger, shed = self._shed(budget, set(expendable)) if expendable else (self, 0)
         lines = [LEDGER_HEADER]
         used = len(LEDGER_HEADER) + 1
-        left = len(self)
-        for cls, values in self.items:
-            if cls == "commands":
-                entries = [f"  $ {v}" for v in values]
-                head, sep = f"- {cls}:", "\n"
-            else:
-                entries, head, sep = list(values), f"- {cls}: ", ", "
+        left = len(ledger) + shed
+        for cls, values in ledger.items:
+            entries, head, sep = _entries(cls, values)
             line, shown = head, 0
             for entry in entries:
                 piece = (sep if shown or cls == "commands" else "") + entry
-                if used + len(line) + len(piece) + 60 > budget:  # room for the "more not listed" line
+                if used + len(line) + len(piece) + _MORE_LINE > budget:  # room for the "more not listed" line
                     break
                 line += piece
                 shown += 1
@@ -138,8 +139,54 @@ class Ledger:
             if shown < len(values):
                 break
         if left:
-            lines.append(f"- ({left} more identifiers not listed: recall the full segment with its marker)")
+            lines.append(_more_line(left))
         return "\n".join(lines) if len(lines) > 1 else ""
+
+    def _full(self) -> str:
+        lines = [LEDGER_HEADER]
+        for cls, values in self.items:
+            entries, head, sep = _entries(cls, values)
+            lines.append(head + ("" if cls != "commands" else sep) + sep.join(entries))
+        return "\n".join(lines)
+
+    def _size(self) -> int:
+        """Characters of the full rendering."""
+        return len(LEDGER_HEADER) + sum(_rendered_size(cls, values) + 1 for cls, values in self.items)
+
+    def _shed(self, budget: int, expendable: set[str]) -> tuple[Ledger, int]:
+        """This ledger without as many ``expendable`` identifiers as it takes to fit ``budget``: the oldest
+        of each class in turn (each class lists oldest first), lowest-priority class first in a round."""
+        size = self._size()
+        queues = [[v for v in values if v in expendable] for cls, values in reversed(self.items)]
+        widths = [5 if cls == "commands" else 2 for cls, _ in reversed(self.items)]
+        dropped: set[str] = set()
+        while size + _MORE_LINE > budget and any(queues):
+            for queue, width in zip(queues, widths, strict=True):
+                if queue and size + _MORE_LINE > budget:
+                    value = queue.pop(0)
+                    dropped.add(value)
+                    size -= len(value) + width
+        kept = tuple((cls, tuple(v for v in values if v not in dropped)) for cls, values in self.items)
+        return Ledger(tuple((cls, values) for cls, values in kept if values)), len(dropped)
+
+
+def _more_line(count: int) -> str:
+    return f"- ({count} more identifiers not listed: recall the full segment with its marker)"
+
+
+_MORE_LINE = len(_more_line(99_999)) + 1  # room kept for that line (and its newline) when cutting
+
+
+def _entries(cls: str, values: Sequence[str]) -> tuple[list[str], str, str]:
+    """(entries, line head, separator) of one class's line."""
+    if cls == "commands":
+        return [f"  $ {v}" for v in values], f"- {cls}:", "\n"
+    return list(values), f"- {cls}: ", ", "
+
+
+def _rendered_size(cls: str, values: Sequence[str]) -> int:
+    entries, head, sep = _entries(cls, values)
+    return len(head) + sum(len(e) for e in entries) + len(sep) * (len(entries) - (cls != "commands"))
 
 
 def _strip(value: str) -> str:

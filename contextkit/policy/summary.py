@@ -20,7 +20,7 @@ Pure (no IO, no clock): the compactor does the network call between ``summary_pr
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from contextkit.markers import ArchiveSink, extract_keys, marker
@@ -275,24 +275,49 @@ def identifier_retention(segment: str, summary: str) -> float | None:
     return ids.retention(identifiers(segment), summary)
 
 
-LEDGER_SHARE = 3  # the ledger may take at most 1/3 of the segment it stands for
-EXTRACTIVE_SHARE = 2  # the whole extractive summary at most 1/2
+LEDGER_SHARE = 3  # the segment's own identifiers may take at most 1/3 of it in the ledger
+EXTRACTIVE_SHARE = 2  # the extractive summary of the segment's own messages at most 1/2
 EXTRACTIVE_HEADER = (
     "[extractive summary - the summarizer model's notes were not usable; first and last line of each "
     "summarized message]"
 )
+_LEDGER_BLOCK_RE = re.compile(re.escape(ids.LEDGER_HEADER) + r"(?:\n(?:- |  \$ )[^\n]*)*")
 
 
-def ledger_budget(segment_chars: int) -> int:
-    """Characters the identifier ledger may take in a summary of ``segment_chars``."""
-    return max(min(segment_chars // LEDGER_SHARE, 8_000), 0)
+def carried_ledger_chars(plan: SegmentPlan) -> int:
+    """Characters of the identifier ledgers that earlier summaries in the segment already carry."""
+    return sum(len(block) for m in plan.segment for block in _LEDGER_BLOCK_RE.findall(m.content))
 
 
-def with_ledger(prose: str, ledger: ids.Ledger, segment_chars: int) -> str:
-    """The model's prose followed by the segment's identifiers that the prose does not already quote."""
+def carried_identifiers(plan: SegmentPlan) -> set[str]:
+    """The identifiers listed by those ledgers: the oldest of the segment, the first to go when the
+    ledger outgrows its ceiling (the archived segment still holds them, one recall away)."""
+    blocks = [block for m in plan.segment for block in _LEDGER_BLOCK_RE.findall(m.content)]
+    return ids.identifiers("\n".join(blocks)) if blocks else set()
+
+
+def ledger_budget(segment_chars: int, *, carried: int = 0, restored: int = 0, ceiling: int | None = None) -> int:
+    """Characters the identifier ledger may take in a summary of ``segment_chars``.
+
+    The ledgers of earlier summaries inside the segment (``carried``) are budgeted at their own size:
+    they already list one identifier per entry, and re-summarizing a summary must not squeeze them
+    into a share of the segment (that is how nested summaries lost identifiers). The segment's own
+    messages, plus the ``restored`` originals of stubs made by this pass, get a third. Never more
+    than ``ceiling`` (a share of the pass's byte budget), nor three quarters of the segment (room for
+    the prose).
+    """
+    carried = min(max(carried, 0), max(segment_chars, 0))
+    own = max(segment_chars - carried, 0) + max(restored, 0)
+    budget = min(carried + own // LEDGER_SHARE, max(segment_chars, 0) * 3 // 4)
+    return max(min(budget, ceiling) if ceiling is not None else budget, 0)
+
+
+def with_ledger(prose: str, ledger: ids.Ledger, ledger_chars: int, expendable: Collection[str] = ()) -> str:
+    """The model's prose followed by the segment's identifiers that the prose does not already quote,
+    within ``ledger_chars`` (see ``ledger_budget``; ``expendable`` go first when it is short)."""
     missing = tuple((cls, tuple(v for v in values if v not in prose)) for cls, values in ledger.items)
     rest = ids.Ledger(tuple((cls, values) for cls, values in missing if values))
-    table = rest.render(ledger_budget(segment_chars))
+    table = rest.render(ledger_chars, expendable)
     return prose.strip() + ("\n\n" + table if table else "")
 
 
@@ -307,20 +332,31 @@ def _line(text: str, cap: int) -> str:
     return cut + "".join(f" {marker(k)}" for k in dict.fromkeys(keys))
 
 
-def extractive_summary(plan: SegmentPlan, ledger: ids.Ledger, segment_chars: int) -> str:
-    """A model-free summary: the first and last line of each message, then the ledger.
+def extractive_summary(
+    plan: SegmentPlan,
+    ledger: ids.Ledger,
+    segment_chars: int,
+    ledger_chars: int | None = None,
+    expendable: Collection[str] = (),
+) -> str:
+    """A model-free summary: the identifier ledger within ``ledger_chars``, then the first and last line
+    of each message.
 
-    At most half the segment: the line cap shrinks with the number of messages, and when even
-    short lines do not fit only the most recent messages are listed (the rest are counted).
+    The lines take at most half the segment's own messages (earlier ledgers carried in it aside) less
+    the ledger: the line cap shrinks with the number of messages, and when even short lines do not fit
+    only the most recent messages are listed (the rest are counted).
     """
-    budget = max(segment_chars // EXTRACTIVE_SHARE - len(EXTRACTIVE_HEADER), 0)
-    table = ledger.render(min(ledger_budget(segment_chars), budget * 3 // 4))  # identifiers first, then lines
+    carried = carried_ledger_chars(plan)
+    if ledger_chars is None:
+        ledger_chars = ledger_budget(segment_chars, carried=carried)
+    table = ledger.render(ledger_chars, expendable)  # identifiers first, then lines
+    budget = max(carried + (segment_chars - carried) // EXTRACTIVE_SHARE - len(EXTRACTIVE_HEADER), 0)
     room = budget - len(table) - 64  # the blank line before the ledger and the "not listed" line
     cap = max(min(room // max(2 * plan.count, 1) - 16, 160), 40)
     rows: list[str] = []
     for m in plan.segment:
         label = m.role + (f" {m.tool_calls[0].name}" if m.tool_calls else "")
-        lines = [ln for ln in m.content.splitlines() if ln.strip()]
+        lines = [ln for ln in _LEDGER_BLOCK_RE.sub("", m.content).splitlines() if ln.strip()]
         if m.tool_calls and not lines:
             lines = [", ".join(_call_text(c) for c in m.tool_calls)]
         first = _line(lines[0], cap) if lines else ""
@@ -380,19 +416,57 @@ def apply_summary(
 LEDGER_RESTORE_CHARS = 400_000
 
 
-def ledger_source(plan: SegmentPlan, archive: ArchiveSink | None) -> str:
-    """The text the identifier ledger is taken from: the segment, plus the archived originals its stubs
-    point to (microcompact may have cleared a tool result the summary must still account for)."""
-    parts = [segment_transcript(plan)]
-    budget = LEDGER_RESTORE_CHARS
-    if archive is not None:
-        for m in plan.segment:
-            for key in extract_keys(m.content):
-                original = archive.get(key)
-                if original and len(original) <= budget:
-                    parts.append(original)
-                    budget -= len(original)
+def restored_originals(plan: SegmentPlan, archive: ArchiveSink | None, keys: Collection[str]) -> str:
+    """The archived originals of the segment's stubs whose keys are in ``keys`` (the stubs this pass
+    made: Level 1 cleared those tool results moments ago, so the summary still accounts for them).
+
+    Older stubs and the archived segment behind an earlier summary are not read: their identifiers
+    left the context before this pass (an earlier summary's own ledger lists its segment's).
+    """
+    if archive is None or not keys:
+        return ""
+    parts, budget = [], LEDGER_RESTORE_CHARS
+    for m in plan.segment:
+        for key in extract_keys(m.content):
+            original = archive.get(key) if key in keys else None
+            if original and len(original) <= budget:
+                parts.append(original)
+                budget -= len(original)
     return "\n\n".join(parts)
+
+
+@dataclass(frozen=True)
+class SegmentLedger:
+    """The identifier ledger of a segment, the characters it may take, and which identifiers go first."""
+
+    ledger: ids.Ledger
+    chars: int  # see ``ledger_budget``
+    oldest: frozenset[str]  # carried by earlier summaries in the segment: the first to age out
+    facts: str  # the text it was taken from: the segment and the originals of this pass's stubs
+
+    def identifiers(self) -> set[str]:
+        return self.ledger.all()
+
+    def merged(self, prose: str) -> str:
+        return with_ledger(prose, self.ledger, self.chars, self.oldest)
+
+    def extractive(self, plan: SegmentPlan, segment_chars: int) -> str:
+        return extractive_summary(plan, self.ledger, segment_chars, self.chars, self.oldest)
+
+    def aged(self, summary: str) -> int:
+        """How many of the oldest identifiers ``summary`` left out (the ledger reached its ceiling)."""
+        return sum(1 for ident in self.ledger.all() & self.oldest if ident not in summary)
+
+
+def segment_ledger(
+    plan: SegmentPlan, archive: ArchiveSink | None, *, new_keys: Collection[str] = (), ceiling: int | None = None
+) -> SegmentLedger:
+    """The ledger of ``plan``'s segment (``new_keys``: the stubs this pass made, read back from the archive)."""
+    transcript = segment_transcript(plan)
+    restored = restored_originals(plan, archive, new_keys)
+    facts = transcript + ("\n\n" + restored if restored else "")
+    chars = ledger_budget(len(transcript), carried=carried_ledger_chars(plan), restored=len(restored), ceiling=ceiling)
+    return SegmentLedger(ids.extract(facts), chars, frozenset(carried_identifiers(plan)), facts)
 
 
 def segment_transcript(plan: SegmentPlan) -> str:

@@ -227,6 +227,8 @@ def document(seed: int, size: int = 8000) -> tuple[str, Planted]:
         filler = ""
         while len(filler) + 60 < per_fact:
             filler += rng.choice(_FILLER).capitalize() + ". "
-        heading = f"## {('Summary', 'Timeline', 'Impact', 'Cause', 'Fix', 'Follow-up')[i % 6]}\n\n" if i % 2 == 0 else ""
+        heading = (
+            f"## {('Summary', 'Timeline', 'Impact', 'Cause', 'Fix', 'Follow-up')[i % 6]}\n\n" if i % 2 == 0 else ""
+        )
         parts.append(f"{heading}{filler}{fact}\n\n")
     return "".join(parts).rstrip() + "\n", f.planted

@@ -219,9 +219,7 @@ class NginxGateway:
             if len(fields) != 5:
                 continue
             status, length, read, method, uri = fields
-            out.append(
-                AccessRecord(int(status), int(length) if length.isdigit() else None, int(read), method, uri)
-            )
+            out.append(AccessRecord(int(status), int(length) if length.isdigit() else None, int(read), method, uri))
         return out
 
     def clear_access_log(self) -> None:
