@@ -7,6 +7,7 @@ the command that installs them; ``--skip-real`` skips the lane on purpose.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -44,8 +45,13 @@ def nginx_in_front() -> Iterator[Callable[..., NginxGateway]]:
 
 @pytest.fixture(scope="module")
 def llama_2048() -> Iterator[LlamaServer]:
-    """SmolLM2-135M-Instruct behind llama-cpp-python's server with n_ctx 2048 (two threads)."""
+    """SmolLM2-135M-Instruct behind llama-cpp-python's server with n_ctx 2048.
+
+    One thread unless ``CONTEXTKIT_LLAMA_THREADS`` says otherwise: llama.cpp's threads wait for each
+    other at every step, so two threads on a machine where anything else runs (another test worker, a
+    neighbour's build) were many times slower than one and a summary call outlived the test timeout.
+    """
     if not llama_mod.available():
         pytest.fail(f"llama-cpp-python's server or the SmolLM2 GGUF is missing: {INSTALL_HINT}")
-    with LlamaServer(n_ctx=2048) as server:
+    with LlamaServer(n_ctx=2048, n_threads=int(os.environ.get("CONTEXTKIT_LLAMA_THREADS") or 1)) as server:
         yield server
