@@ -20,7 +20,7 @@ from contextkit.messages import Message
 from contextkit.policy import ledger as ids
 from contextkit.policy import summary as s2
 from contextkit.settings import Limits
-from contextkit.sim.corpus import document
+from contextkit.sim.corpus import agent_segment, document
 from contextkit.sizing import request_bytes
 from contextkit.summarizer import ScriptedSummarizer
 
@@ -137,3 +137,16 @@ def test_the_archived_segment_behind_an_earlier_summary_is_not_read_again() -> N
     assert plan is not None
     assert "/srv/new/fresh.conf" in s2.segment_ledger(plan, archive, new_keys={stub_key}).identifiers()
     assert "/srv/new/fresh.conf" not in s2.segment_ledger(plan, archive).identifiers()  # an older stub
+
+
+def test_a_tight_budget_does_not_cut_the_segments_own_identifiers() -> None:
+    """The ceiling from the pass's budget bounds only what earlier ledgers add: a first summary of an agent
+    segment under a budget just below the history still lists every planted identifier."""
+    messages, planted = agent_segment(7)
+    history = [Message.system("You are a coding agent."), *messages, Message.user("What next?")]
+    compactor = Compactor(archive=Archive.in_memory(), limits=Limits(min_keep_recent=1))
+    result = compactor.compact(history, summarizer=ScriptedSummarizer(WEAK), trigger="auto",
+                               budget=measure(history) * 9 // 10, measure=measure)  # fmt: skip
+    assert result.summary_source == "model" and result.identifier_retention == 1.0
+    summary = summary_of(result.history)
+    assert [value for _, value in planted.items() if value not in summary] == []

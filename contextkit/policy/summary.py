@@ -276,6 +276,7 @@ def identifier_retention(segment: str, summary: str) -> float | None:
 
 
 LEDGER_SHARE = 3  # the segment's own identifiers may take at most 1/3 of it in the ledger
+OWN_LEDGER_CHARS = 8_000  # ... and that much whatever the pass's budget leaves for carried ledgers
 EXTRACTIVE_SHARE = 2  # the extractive summary of the segment's own messages at most 1/2
 EXTRACTIVE_HEADER = (
     "[extractive summary - the summarizer model's notes were not usable; first and last line of each "
@@ -299,17 +300,19 @@ def carried_identifiers(plan: SegmentPlan) -> set[str]:
 def ledger_budget(segment_chars: int, *, carried: int = 0, restored: int = 0, ceiling: int | None = None) -> int:
     """Characters the identifier ledger may take in a summary of ``segment_chars``.
 
-    The ledgers of earlier summaries inside the segment (``carried``) are budgeted at their own size:
-    they already list one identifier per entry, and re-summarizing a summary must not squeeze them
-    into a share of the segment (that is how nested summaries lost identifiers). The segment's own
-    messages, plus the ``restored`` originals of stubs made by this pass, get a third. Never more
-    than ``ceiling`` (a share of the pass's byte budget), nor three quarters of the segment (room for
-    the prose).
+    The segment's own messages, plus the ``restored`` originals of stubs made by this pass, get a third
+    (at least up to ``OWN_LEDGER_CHARS`` whatever the ceiling). The ledgers of earlier summaries inside
+    the segment (``carried``) come on top at their own size: they already list one identifier per
+    entry, and squeezing them into a share of a segment made mostly of them is how nested summaries
+    lost identifiers. ``ceiling`` (what the pass's byte budget allows) bounds what they add, so the
+    oldest identifiers are the ones that age out. Never more than three quarters of the segment.
     """
     carried = min(max(carried, 0), max(segment_chars, 0))
-    own = max(segment_chars - carried, 0) + max(restored, 0)
-    budget = min(carried + own // LEDGER_SHARE, max(segment_chars, 0) * 3 // 4)
-    return max(min(budget, ceiling) if ceiling is not None else budget, 0)
+    own = (max(segment_chars - carried, 0) + max(restored, 0)) // LEDGER_SHARE
+    budget = own + carried
+    if ceiling is not None:
+        budget = min(budget, max(ceiling, min(own, OWN_LEDGER_CHARS)))
+    return max(min(budget, max(segment_chars, 0) * 3 // 4), 0)
 
 
 def with_ledger(prose: str, ledger: ids.Ledger, ledger_chars: int, expendable: Collection[str] = ()) -> str:
