@@ -48,6 +48,9 @@ class CompactionStats:
     summary_failures: int = 0  # calls that raised (timeout, provider error)
     extractive_summaries: int = 0  # Level-2 summaries made without the model
     model_pauses: int = 0  # times the summarizer was paused after two unusable answers in a row
+    summaries_trimmed: int = 0  # accepted answers the gate cut clauses naming invented facts from
+    prose_chars_received: int = 0  # characters of every summarizer answer (kept or not)
+    prose_chars_kept: int = 0  # ... of the prose the gate accepted (what summaries applied or could apply)
     summarizer_prompt_tokens: int = 0
     summarizer_completion_tokens: int = 0
     summarizer_cost: float = 0.0

@@ -17,6 +17,7 @@ from contextkit.classify import classify_failure
 from contextkit.compaction import Applied, CompactionInfo, CompactionStats, Pass
 from contextkit.markers import ArchiveSink
 from contextkit.messages import Message, newest_request_index, wire_safe
+from contextkit.policy import gate
 from contextkit.policy import ledger as ids
 from contextkit.policy import summary as s2
 from contextkit.settings import Limits
@@ -81,6 +82,7 @@ class SummaryLevel:
         )
         self._flush(plan.segment, info, "summarize")
         prose: str | None = None
+        trimmed = ""  # what the gate dropped from the model's answer (clauses naming invented facts)
         if self.model_pause > 0 and info.trigger != "manual":
             self.model_pause -= 1
             self._emit(run, info, "summarize", f"Summarizer paused after {self.discarded_in_row} unusable summaries "
@@ -90,7 +92,7 @@ class SummaryLevel:
             self._emit(run, info, "summarize", "Summarizing old messages via LLM (may take 30-90 s)", "running", 2)
             # the prose must fit beside the full ledger and keep the summary smaller than the segment
             room = len(transcript) - len(ledger.merged("")) - SUMMARY_OVERHEAD
-            prose = yield from self._ask_model(run, info, plan, ledger.facts, room, instruction, window)
+            prose, trimmed = yield from self._ask_model(run, info, plan, ledger.facts, room, instruction, window)
         if prose is None and run.bytes <= info.budget:
             return  # a manual pass under budget: nothing to replace truncation with, so nothing changes
         if prose is None:
@@ -120,6 +122,8 @@ class SummaryLevel:
         text = (f"{label} ({since[0]} -> {len(run.history)} msgs, "
                 f"{format_size(since[1])} -> {format_size(run.bytes)})")  # fmt: skip
         detail = source if fits or source != "model" else f"{source}; did not fit: back-off"
+        if trimmed:
+            detail += f"; {trimmed}"
         if aged:  # the ledger reached its ceiling: the oldest identifiers stay in the archived segment
             detail += f"; {aged} older identifiers aged out (listed in the archived segment)"
         self._emit(run, info, "summarize", text, "applied", 2, since, identifier_retention=run.retention,
@@ -135,8 +139,9 @@ class SummaryLevel:
         return max(min(share, room), share // 4)  # when nothing fits anyway, the ledger still lists the most
 
     def _ask_model(self, run: Pass, info: CompactionInfo, plan: s2.SegmentPlan, facts: str, room: int,
-                   instruction: str | None, window: int | None) -> Generator[SummaryRequest, Any, str | None]:  # fmt: skip
-        """The model's prose, or None after it was discarded (then the caller applies the extractive summary).
+                   instruction: str | None, window: int | None) -> Generator[SummaryRequest, Any, tuple[str | None, str]]:  # fmt: skip
+        """(prose, note): the model's prose as the gate kept it, or None after it was discarded (then the
+        caller applies the extractive summary); the note says what the gate dropped from it.
 
         ``facts`` is what the ledger was taken from (the segment and the originals of this pass's stubs),
         ``room`` the most characters the prose may take.
@@ -160,12 +165,15 @@ class SummaryLevel:
             size_rejected = False
             if isinstance(reply, SummaryResponse):
                 self._count(run, reply)
-                ok, reason = s2.passes_gate(
+                verdict = s2.screen_summary(
                     reply.text, len(segment_text), source=source, max_chars=room, archive=self.archive
                 )
-                if ok:
+                if verdict.ok:
                     self.discarded_in_row, self.next_pause, self.model_pause = 0, MODEL_PAUSE_START, 0
-                    return reply.text
+                    self.stats.prose_chars_kept += len(verdict.prose)
+                    self.stats.summaries_trimmed += bool(verdict.dropped)
+                    return verdict.prose, verdict.note()
+                reason = verdict.reason
                 self.stats.summary_rejections += 1
             else:  # the call raised: a failed attempt, never a summary
                 reason = f"{type(reply).__name__}: {str(reply)[:160]}"
@@ -175,7 +183,7 @@ class SummaryLevel:
             self.discarded_in_row += 1
             if size_rejected or self.discarded_in_row >= 2:
                 break
-            emphasis = s2.retry_emphasis(reason, max_chars=room, floor=min(len(segment_text) // 40, 80))
+            emphasis = s2.retry_emphasis(reason, max_chars=room, floor=gate.prose_floor(len(segment_text)))
             text = f"Summary rejected ({reason}) - retrying once with new emphasis and temperature {SUMMARY_TEMPERATURES[1]}"
             self._emit(run, info, "summarize", text, "rejected", 2, detail=reason, **run.usage())
         pause = ""
@@ -185,9 +193,10 @@ class SummaryLevel:
             pause = f"; summarizer paused for {self.model_pause} passes"
         text = f"Summarization failed ({reason}) - extractive summary instead{pause}"
         self._emit(run, info, "summarize", text, "failed", 2, detail=reason, **run.usage())
-        return None
+        return None, ""
 
     def _count(self, run: Pass, reply: SummaryResponse) -> None:
+        self.stats.prose_chars_received += len((reply.text or "").strip())
         run.prompt_tokens += reply.prompt_tokens
         run.completion_tokens += reply.completion_tokens
         run.cost += reply.cost

@@ -171,7 +171,7 @@ def test_identifier_retention_is_recorded() -> None:
         SummaryTimeout("summarizer did not answer within 600 s"),
         "",
         "<<ccr:0123456789abcdef>>",
-        "## Files Read\n- src/app/invented.py on port 8443, build 9f8e7d6c5b\n" + GOOD,
+        "## Files Read\n- src/app/invented.py on port 8443, build 9f8e7d6c5b\n## Key Decisions\n- moved to port 8444\n",
     ],
     ids=["refusal", "short", "error_text", "exception", "timeout", "empty", "marker_only", "invented"],
 )
@@ -201,6 +201,31 @@ def test_bad_summaries_are_retried_once_then_extractive(bad: Any) -> None:
     assert stats.summary_rejections + stats.summary_failures == 2 and compactor.backoff == 0
     assert h == before
     assert_nothing_lost(before, result.history, archive)
+
+
+def test_invented_clauses_are_dropped_and_the_rest_of_the_answer_kept() -> None:
+    """A weak model's notes with one invented ticket: the clause goes, the notes stay, both are counted."""
+    compactor, archive, _ = make()
+    h = big_fixture()
+    h[2] = Message.assistant("I read src/app/main.py and ran\n$ pytest -q tests/test_api.py\nfailed at 4711")
+    answer = (
+        "## Files Read\n- src/app/main.py was read, then ticket OPS-1038 opened.\n"
+        "## Key Decisions\n- kept the retry loop because the failure was flaky\n"
+        "## Current Task State\n- Pending: deploy build 9f8e7d6c5b\n"
+    )
+    summarizer = ScriptedSummarizer(answer)
+    result = compactor.compact(h, summarizer=summarizer, trigger="auto", budget=9000, measure=measure)
+    assert summarizer.calls == 1 and result.summary_source == "model"
+    summary = result.history[1].content
+    assert "OPS-1038" not in summary and "9f8e7d6c5b" not in summary and "Current Task State" not in summary
+    assert "- src/app/main.py was read" in summary and "kept the retry loop" in summary
+    applied = next(e for e in result.events if e.phase == "summarize" and e.outcome == "applied")
+    assert "2 clauses with facts not in the segment dropped (" in applied.detail
+    assert "OPS-1038" in applied.detail and "9f8e7d6c5b" in applied.detail
+    stats = compactor.stats
+    assert (stats.summary_rejections, stats.summaries_trimmed) == (0, 1)
+    assert stats.prose_chars_received == len(answer.strip()) > stats.prose_chars_kept > 0
+    assert_nothing_lost(h, result.history, archive)
 
 
 def test_extractive_summary_that_does_not_fit_still_falls_to_level3() -> None:

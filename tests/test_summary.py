@@ -70,8 +70,9 @@ def test_gate_vectors(text: str, segment_chars: int, ok: bool) -> None:
 
 def test_gate_reasons_name_the_problem() -> None:
     assert "empty" in s2.passes_gate(None, 10)[1]
-    assert "too short" in s2.passes_gate("x" * 79, 100_000)[1]
-    assert s2.passes_gate("x" * 80, 100_000)[0]
+    assert "too short" in s2.passes_gate("x" * 23, 100_000)[1]
+    assert s2.passes_gate("x" * 24, 100_000)[0]  # the ledger carries the facts: short notes will do
+    assert "too short" in s2.passes_gate("## Files Read\n## Commands Executed\n- x\n", 100_000)[1]  # headers only
     assert "refusal" in s2.passes_gate("I'm sorry " + L, 100)[1]
     assert "error" in s2.passes_gate("Error: x " + L, 100)[1]
 
@@ -391,7 +392,7 @@ def test_gate_accepts_faithful_shortenings() -> None:
 
 def test_retry_emphasis_names_the_problem() -> None:
     assert "copied exactly" in s2.retry_emphasis("facts not in the segment: 8443")
-    assert "at least 80 characters" in s2.retry_emphasis("too short (25 chars < 80)", floor=80)
+    assert "at least 24 characters" in s2.retry_emphasis("too short (20 chars of notes < 24)")
     assert "at most 500 characters" in s2.retry_emphasis("larger than what it replaces (5 >= 1)", max_chars=1000)
     assert "no apology" in s2.retry_emphasis("refusal ('I'm sorry')")
     assert s2.retry_emphasis("x").startswith("IMPORTANT: your previous answer was rejected (x).")

@@ -8,9 +8,8 @@ Pure (no IO, no clock): the compactor does the network call between ``summary_pr
   message (the task and its tool chain stay whole).
 * ``summarizer_input`` renders the compactable middle for the summarizer, budgeted against its window.
 * ``summary_prompt`` asks for facts only, in fixed sections.
-* ``passes_gate`` rejects empty, error, refusal and too-short answers, a bare marker or one the archive
-  does not hold, prose larger than what it replaces, and identifiers the segment does not contain.
-* ``retry_emphasis`` says what the second attempt must do differently.
+* ``screen_summary`` / ``passes_gate`` / ``retry_emphasis``: the quality gate (``contextkit.policy.gate``,
+  re-exported here).
 * ``with_ledger`` merges the model's prose with the identifier ledger (``contextkit.policy.ledger``);
   ``extractive_summary`` is the model-free fallback (first/last lines of each message + the ledger).
 * ``identifier_retention`` measures which paths/commands/numbers/ids of the segment survive.
@@ -27,6 +26,10 @@ from contextkit.markers import ArchiveSink, extract_keys, marker
 from contextkit.messages import Message, ToolCall, newest_request_index, render_transcript
 from contextkit.policy import ledger as ids
 from contextkit.policy._common import tool_result_as_user
+from contextkit.policy.gate import MARKER_TEXT_RE
+from contextkit.policy.gate import passes_gate as passes_gate  # re-exported: the gate of Level 2
+from contextkit.policy.gate import retry_emphasis as retry_emphasis
+from contextkit.policy.gate import screen_summary as screen_summary
 from contextkit.policy.pairing import snap_cut
 
 CHARS_PER_TOKEN = 4
@@ -64,19 +67,6 @@ Rules:
 - Reference code by file:line; never paste code blocks or XML tags.
 - List a file under both Files Read and Files Modified when both happened.
 - One line per bullet. Add nothing that is not in the conversation. No preamble, no closing remarks."""
-
-_REFUSALS = ("i'm sorry", "i am sorry", "i cannot", "i can't", "as an ai", "sorry", "não posso", "desculpe")
-_ERROR_STARTS = (
-    "error:",
-    "error ",
-    "traceback (most recent call last)",
-    "exception:",
-    "an error occurred",
-    "internal server error",
-    '{"error"',
-    "litellm.",
-)
-_ERROR_LINE_RE = re.compile(r"^[\w.]*(?:error|exception):", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -197,71 +187,6 @@ def summary_max_tokens(segment_chars: int, window: int | None) -> int:
     return min(cap, max(window // 4, 128)) if window else cap
 
 
-def passes_gate(
-    text: str | None,
-    segment_chars: int,
-    *,
-    source: str | None = None,
-    max_chars: int | None = None,
-    archive: ArchiveSink | None = None,
-) -> tuple[bool, str]:
-    """(ok, reason) for a model's summary prose.
-
-    Always: empty, error text, refusal, shorter than min(segment/40, 80) chars, or nothing but
-    ``<<ccr:KEY>>`` markers. With ``archive``: a marker whose key the archive does not hold (a
-    pointer to nothing). With ``max_chars``: prose at least that long (the summary would not be
-    smaller than what it replaces). With ``source`` (the segment's text): an identifier - file path,
-    URL, command, port, id, number - that the segment does not contain (an invented fact).
-    """
-    body = (text or "").strip()
-    if not body:
-        return False, "empty summary"
-    start = body[:160].lower().replace("\u2019", "'")
-    for prefix in _REFUSALS:
-        if start.startswith(prefix):
-            return False, f"refusal ({body[:40]!r})"
-    if start.startswith(_ERROR_STARTS) or _ERROR_LINE_RE.match(start):
-        return False, f"error text instead of a summary ({body.splitlines()[0][:60]!r})"
-    if not _MARKER_TEXT_RE.sub("", body).strip(_PUNCTUATION):
-        return False, "only a marker, no summary"
-    if archive is not None:
-        unknown = [key for key in dict.fromkeys(extract_keys(body)) if archive.get(key) is None]
-        if unknown:
-            return False, f"marker not in the archive ({marker(unknown[0])})"
-    floor = min(max(segment_chars, 0) // 40, 80)
-    if len(body) < floor:
-        return False, f"too short ({len(body)} chars < {floor})"
-    if max_chars is not None and len(body) >= max_chars:
-        return False, f"larger than what it replaces ({len(body)} chars >= {max(max_chars, 0)})"
-    if source is not None:
-        invented = ids.ungrounded(body, source)
-        if invented:
-            shown = ", ".join(invented[:4]) + (f" (+{len(invented) - 4} more)" if len(invented) > 4 else "")
-            return False, f"facts not in the segment: {shown}"
-    return True, "ok"
-
-
-def retry_emphasis(reason: str, *, max_chars: int | None = None, floor: int = 80) -> str:
-    """What the second attempt must do differently, given why the first one was rejected."""
-    rules = [f"IMPORTANT: your previous answer was rejected ({reason[:200]})."]
-    if reason.startswith("facts not in the segment"):
-        rules.append(
-            "Write only names, paths, numbers and commands that appear in the segment, copied exactly; "
-            "when unsure, leave the detail out."
-        )
-    elif reason.startswith(("too short", "empty", "only a marker")):
-        rules.append(f"Write at least {floor} characters of notes about what happened in the segment.")
-    elif reason.startswith("larger than"):
-        rules.append(f"Be brief: at most {max(max_chars or 0, 200) // 2} characters, one short line per fact.")
-    else:
-        rules.append("Write the notes themselves: no apology, no error message, no markers.")
-    return " ".join(rules)
-
-
-_MARKER_TEXT_RE = re.compile(r"<<ccr:[0-9a-f]{16}>>")
-_PUNCTUATION = " \t\r\n.,:;-*#>[](){}\"'`"
-
-
 def identifiers(text: str) -> set[str]:
     """Paths, URLs, commands, error codes, ports, ids/hashes, function/table/tool names and numbers.
 
@@ -330,7 +255,7 @@ def _line(text: str, cap: int) -> str:
     if len(text) <= cap:
         return text
     keys = extract_keys(text)
-    bare = " ".join(_MARKER_TEXT_RE.sub(" ", text).split()) if keys else text
+    bare = " ".join(MARKER_TEXT_RE.sub(" ", text).split()) if keys else text
     cut = bare if len(bare) <= cap else bare[: max(cap - 3, 1)] + "..."
     return cut + "".join(f" {marker(k)}" for k in dict.fromkeys(keys))
 
