@@ -8,7 +8,8 @@ of wall time on two shared cores, almost all of it in the model).
 Each turn pastes a different generated 6-10 KB incident report (``contextkit.sim.corpus.document``)
 and asks a one-line question. The session's summarizer is the same small model. Printed: turns that
 failed (bar: none), summarizer calls whose output was discarded (rejected by the quality gate or
-failed) against all summarizer calls (bar: at most 20%), how often the extractive fallback and the
+failed) against all summarizer calls (bar: at most 20%), how many kept answers the gate trimmed (clauses
+naming identifiers not in the segment dropped) and the share of all answer text it kept, how often the extractive fallback and the
 pause stepped in, identifier retention per applied summary with the ledger and of the model's prose
 alone, nginx's rejections and the learned cap and window, and every document's recoverability.
 Anchor from the same set-up with the first version (shared/research/real-stack.md): 34 summarizer
@@ -104,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"summarizer calls              {stats.summary_calls}")
     print(f"  discarded                   {discarded} ({stats.summary_rejections} rejected by the gate, "
           f"{stats.summary_failures} failed) = {ratio:.0%}   (bar: <= 20%; first version: 29/34 = 85%)")  # fmt: skip
+    kept_share = stats.prose_chars_kept / stats.prose_chars_received if stats.prose_chars_received else 0.0
+    print(f"  kept                        {stats.summary_calls - discarded}, {stats.summaries_trimmed} of them trimmed "
+          f"(clauses naming facts not in the segment dropped); {kept_share:.0%} of all answer text kept")  # fmt: skip
     print(f"  summarizer prompt tokens    {stats.summarizer_prompt_tokens:,} (first version: ~109,000 in 29 turns)")
     print(f"Level-2 summaries applied     {len(applied)}: "
           f"{sum(e.summary_source == 'model' for e in applied)} by the model, "

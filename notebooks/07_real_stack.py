@@ -138,9 +138,10 @@ else:
 # A Level-2 summary replaces old messages. A small model paraphrases `/etc/billing/billing.conf`
 # into "the config file" or invents a port. contextkit therefore
 #
-# * **gates** the model's prose: besides empty, refusal, error text and too short, it refuses a bare
-#   `<<ccr:KEY>>` marker, prose larger than what it replaces, and any file name, port, id or number
-#   that is not in the segment;
+# * **gates** the model's prose: it refuses empty answers, refusals, error text, a bare `<<ccr:KEY>>`
+#   marker, prose larger than what it replaces; a sentence or clause that names a file name, port, id
+#   or number the segment does not contain is **dropped** (and counted) rather than the whole answer,
+#   and what is left must still be notes (an answer reduced to nothing is refused);
 # * appends an **identifier ledger** computed from the segment itself (regular expressions, no
 #   model): every path, URL, command, number with a unit, port, id, error code and name the prose
 #   did not already quote;
@@ -173,7 +174,7 @@ for i, answer in enumerate(answers, 1):
     print(f"--- answer {i} ({len(answer.text)} chars) ---\n{answer.text[:600]}")
 for event in result.events:
     if event.phase == "summarize" and event.outcome != "running":
-        print(f"[{event.outcome}] {event.status}")
+        print(f"[{event.outcome}] {event.status}" + (f"\n    detail: {event.detail}" if event.detail else ""))
 
 # %%
 summary = next(m.content for m in result.history if m.is_summary)
