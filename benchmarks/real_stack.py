@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     for e in applied:
         prose = "-" if e.prose_retention is None else f"{e.prose_retention:.0%}"
         kept = "-" if e.identifier_retention is None else f"{e.identifier_retention:.0%}"
-        print(f"  turn {e.turn:>2} {e.summary_source:<10} identifiers kept {kept:>4} (prose alone {prose:>4})")
+        note = e.detail.partition("; ")[2]  # what the gate dropped, identifiers aged out of the ledger
+        print(f"  turn {e.turn:>2} {e.summary_source:<10} identifiers kept {kept:>4} (prose alone {prose:>4}) {note}")
     print(f"Level-3 falls                 {stats.level3_falls} of {stats.compactions} compactions")
     print(f"nginx                         {len(access)} requests, {len(rejected)} rejected "
           f"({', '.join(f'{r.status}@{r.content_length}' for r in rejected) or 'none'})")  # fmt: skip
