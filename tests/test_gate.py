@@ -68,6 +68,15 @@ def test_a_fenced_command_that_was_invented_drops_everything() -> None:
     assert not screen(text).ok
 
 
+def test_a_fence_left_without_its_other_half_goes() -> None:
+    text = "Ran the tests for src/app/api.py again.\n```bash\nsee OPS-1038\n```\n- port 8081 still answers"
+    kept, _, invented = gate.ground_prose(text, SEGMENT)
+    assert "OPS-1038" in invented and "```" not in kept  # the block was emptied
+    assert kept == "Ran the tests for src/app/api.py again.\n- port 8081 still answers"
+    half = "Ran the tests for src/app/api.py again.\n```\n- port 8081 still answers, see OPS-1038"
+    assert "```" not in gate.ground_prose(half, SEGMENT)[0]  # a fence without its other half
+
+
 @pytest.mark.parametrize(
     ("text", "reason"),
     [

@@ -152,6 +152,7 @@ def ground_prose(prose: str, source: str) -> tuple[str, tuple[str, ...], tuple[s
             kept.append(head + rest)
         elif rest.strip(_PUNCTUATION):
             dropped.append(rest.strip())
+    kept = _without_broken_fences(kept)
     text = _without_empty_sections(kept).strip()
     if ids.ungrounded(text, source):
         return "", tuple(dropped) or (prose,), invented
@@ -220,6 +221,20 @@ def _without_empty_sections(lines: list[str]) -> str:
                 continue
         out.append(line)
     return "\n".join(out)
+
+
+def _without_broken_fences(lines: list[str]) -> list[str]:
+    """The lines less code fences left empty (their content was dropped) or without their other half."""
+    out: list[str] = []
+    for line in lines:
+        fence = line.lstrip().startswith("```")
+        if fence and out and out[-1].lstrip().startswith("```") and sum(x.lstrip().startswith("```") for x in out) % 2:
+            out.pop()  # an opening fence right before this closing one: an empty block
+            continue
+        out.append(line)
+    if sum(ln.lstrip().startswith("```") for ln in out) % 2:
+        out = [ln for ln in out if not ln.lstrip().startswith("```")]
+    return out
 
 
 def _shown(values: tuple[str, ...] | list[str]) -> str:
