@@ -95,7 +95,7 @@ class CacheRun:
 def run_one(spec: CacheRun) -> dict[str, Any]:
     """One workload under one strategy on a fresh simulator; metrics from its request log."""
     from contextkit import backend
-    from contextkit.experiments.strategies import run_strategy
+    from contextkit.experiments.registry import run_strategy
     from contextkit.sim import GatewaySimulator
     from contextkit.sim.wire import prompt_blocks
 

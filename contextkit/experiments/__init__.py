@@ -14,6 +14,7 @@ from contextkit._extras import require
 
 require("contextkit.experiments", "polars")  # results are polars frames
 
+from contextkit.experiments.registry import BASELINES, CONTEXTKIT_STRATEGIES, PEERS, STRATEGIES
 from contextkit.experiments.runner import (
     RESULTS_COLUMNS,
     RunSpec,
@@ -24,13 +25,14 @@ from contextkit.experiments.runner import (
     run_sweep,
     save_results,
 )
-from contextkit.experiments.strategies import BASELINES, CONTEXTKIT_STRATEGIES, STRATEGIES, sliding_window
+from contextkit.experiments.strategies import forget_all, sliding_window
 from contextkit.experiments.summary import summarize
 from contextkit.experiments.workload import GatewaySpec, Workload
 
 __all__ = [
     "BASELINES",
     "CONTEXTKIT_STRATEGIES",
+    "PEERS",
     "RESULTS_COLUMNS",
     "STRATEGIES",
     "SWEEPS",
@@ -39,6 +41,7 @@ __all__ = [
     "Workload",
     "build_report",
     "default_executor",
+    "forget_all",
     "load_results",
     "results_schema",
     "run_experiment_cli",

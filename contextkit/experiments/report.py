@@ -18,10 +18,12 @@ from typing import Any
 import altair as alt
 import polars as pl
 
+from contextkit.experiments.registry import BASELINES, CONTEXTKIT_STRATEGIES
 from contextkit.experiments.runner import default_executor, run_sweep, save_results
-from contextkit.experiments.strategies import CONTEXTKIT_STRATEGIES, STRATEGIES
 from contextkit.experiments.summary import format_table, summarize
 from contextkit.experiments.workload import GatewaySpec
+
+BUILTIN = CONTEXTKIT_STRATEGIES + BASELINES
 
 __all__ = ["SWEEPS", "Sweep", "build_report", "run_experiment_cli", "strategy_chart"]
 
@@ -29,7 +31,7 @@ __all__ = ["SWEEPS", "Sweep", "build_report", "run_experiment_cli", "strategy_ch
 @dataclass(frozen=True)
 class Sweep:
     description: str
-    strategies: tuple[str, ...] = STRATEGIES
+    strategies: tuple[str, ...] = BUILTIN  # peers: benchmarks/peers.py
     gateways: tuple[GatewaySpec, ...] = (GatewaySpec(),)
     seeds: int = 2
     turns: int = 6
@@ -56,6 +58,7 @@ _STRATEGY_METRICS = {
     "rejected": "rejected requests",
     "tokens_per_turn_vs_none": "tokens per turn vs none",
     "prefix_reuse": "prefix reuse",
+    "needle_accuracy": "needle accuracy",
     "recoverable": "tool outputs recoverable",
 }
 
@@ -73,14 +76,14 @@ def strategy_chart(summary: pl.DataFrame) -> alt.FacetChart:
         alt.Chart(alt.InlineData(values=long.to_dicts()))
         .mark_bar()
         .encode(
-            x=alt.X("strategy:N", sort=list(STRATEGIES), title=None),
+            x=alt.X("strategy:N", sort=list(BUILTIN), title=None),
             y=alt.Y("value:Q", title=None),
             color=alt.Color("gateway:N"),
             xOffset=alt.XOffset("gateway:N"),
             tooltip=["strategy:N", "gateway:N", "metric:N", alt.Tooltip("value:Q", format=",.3g")],
         )
         .properties(width=150, height=150)
-        .facet(facet=alt.Facet("metric:N", title=None, sort=list(_STRATEGY_METRICS.values())), columns=5)
+        .facet(facet=alt.Facet("metric:N", title=None, sort=list(_STRATEGY_METRICS.values())), columns=3)
         .resolve_scale(y="independent")
         .properties(title="Strategies side by side")
     )

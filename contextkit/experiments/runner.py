@@ -10,10 +10,12 @@ Metrics come from the simulator's own request log, so every strategy is measured
 ``requests``/``rejected``/``bytes_sent`` count every body on the wire (rejected ones too),
 ``tokens_sent`` the prompt tokens of accepted requests (what a provider bills),
 ``summarizer_calls`` the summary requests, ``prefix_reuse`` the mean share of each turn request's
-body that repeats the previous one byte for byte (``contextkit.prefix``). ``recall_fidelity`` is
-the share of archived items whose recall returns byte-exact content (content-addressed check);
-null for baselines, which have no archive. ``recoverable`` is the share of all tool outputs that
-are still in the final context or recallable from it (recursive marker expansion).
+body that repeats the previous one byte for byte (``contextkit.prefix``). ``needle_accuracy`` is
+the share of the workload's needle questions answered with the planted fact (a question never
+reached counts as wrong; ``needle_recalls`` of the correct ones needed a retrieval call).
+``recoverable`` is the share of all tool outputs that are still in the final context or
+recallable from it (recursive marker expansion). ``cost`` prices the accepted prompt tokens as
+``PRICE_AS`` (cached tokens at its cached-input price when the simulator reports them).
 """
 
 from __future__ import annotations
@@ -29,13 +31,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contextkit.experiments.progress import make_progress
-from contextkit.experiments.strategies import BASELINES, STRATEGIES, run_strategy
+from contextkit.experiments.registry import BASELINES, STRATEGIES, run_strategy
 from contextkit.experiments.workload import GatewaySpec, Workload
 
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["RESULTS_COLUMNS", "RunSpec", "load_results", "results_schema", "run_one", "run_sweep", "save_results"]
+__all__ = [
+    "PRICE_AS",
+    "RESULTS_COLUMNS",
+    "RunSpec",
+    "load_results",
+    "results_schema",
+    "run_one",
+    "run_specs",
+    "run_sweep",
+    "save_results",
+]
+
+PRICE_AS = "gpt-4.1"  # a real model with automatic prompt caching; litellm's local cost map prices it
 
 _AGGREGATE_PHASES = ("start", "done")
 
@@ -76,12 +90,18 @@ RESULTS_COLUMNS: dict[str, str] = {
     "summarizer_cost": "f64",
     "prefix_reuse": "f64",
     "archived_items": "i64",
-    "recall_fidelity": "f64",
+    "needles_planned": "i64",
+    "needles_correct": "i64",
+    "needle_recalls": "i64",
+    "needle_accuracy": "f64",
     "recoverable": "f64",
+    "cached_tokens": "i64",
+    "cost": "f64",
     "compactions": "i64",
     "recoveries": "i64",
     "wall_s": "f64",
     "error": "str",
+    "note": "str",
 }
 
 
@@ -116,12 +136,37 @@ def _with_prefix(events: list[Any], samples: list[Any]) -> list[Any]:
     return out
 
 
-def _warm_up() -> None:
-    """Import litellm and the session before timing: a fresh worker spends seconds on it."""
+def _warm_up(strategy: str) -> None:
+    """Import litellm, the session and a peer's library before timing: a fresh worker spends seconds on it."""
+    import importlib
+
     from contextkit import backend
     from contextkit.session import Session  # noqa: F401 - the import is the point
 
     backend.litellm()
+    module = {"langchain-summarization": "langchain.agents", "langchain-context-editing": "langchain.agents",
+              "headroom": "headroom"}.get(strategy)  # fmt: skip
+    if module is not None:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass  # the run itself reports why the peer cannot run
+
+
+def price(records: list[Any], model: str = PRICE_AS) -> tuple[int, float]:
+    """(cached prompt tokens, dollars) for the accepted requests in ``records``, priced as ``model``
+    from litellm's local cost map: cached tokens (``cached_tokens`` on a record, when the simulator
+    reports them) at the cached-input price, the rest at the input price. Replies are a few tokens
+    and are not priced."""
+    from contextkit import backend
+
+    info = backend.litellm().model_cost.get(model) or {}
+    full = float(info.get("input_cost_per_token") or 0.0)
+    cached_price = float(info.get("cache_read_input_token_cost") or full)
+    accepted = [r for r in records if r.accepted]
+    cached = sum(int(getattr(r, "cached_tokens", 0) or 0) for r in accepted)
+    total = sum(r.tokens for r in accepted)
+    return cached, (total - cached) * full + cached * cached_price
 
 
 def run_one(spec: RunSpec) -> dict[str, Any]:
@@ -138,7 +183,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
         raise ValueError(f"unknown strategy {spec.strategy!r}; use one of {', '.join(STRATEGIES)}")
     gw = spec.gateway
     workload = Workload(spec.seed, spec.turns, target_bytes=spec.target_bytes)
-    _warm_up()
+    _warm_up(spec.strategy)
     started = time.perf_counter()
     with GatewaySimulator(record_bodies=True, **gw.simulator_kwargs()) as sim:
         run = run_strategy(spec.strategy, workload, gw, sim, spec.run_id)
@@ -150,6 +195,8 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     if spec.strategy in BASELINES:
         run.events = _with_prefix(run.events, samples)
     accepted = [r for r in records if r.accepted]
+    needles = workload.score(run.replies)
+    cached, cost = price(records)
     row: dict[str, Any] = {
         "run_id": spec.run_id,
         "strategy": spec.strategy,
@@ -170,8 +217,13 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
         "summarizer_cost": run.summarizer_cost,
         "prefix_reuse": reuse,
         "archived_items": run.archived_items,
-        "recall_fidelity": run.recall_fidelity,
+        "needles_planned": needles.planned,
+        "needles_correct": needles.correct,
+        "needle_recalls": needles.recalled,
+        "needle_accuracy": needles.accuracy,
         "recoverable": run.recoverable,
+        "cached_tokens": cached,
+        "cost": cost,
         "compactions": sum(
             1
             for e in run.events
@@ -180,6 +232,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
         "recoveries": sum(1 for e in run.events if isinstance(e, RecoveryEvent)),
         "wall_s": wall,
         "error": run.error,
+        "note": run.note,
     }
     if spec.keep_events:
         row["events"] = [e.to_dict() for e in run.events]
@@ -243,9 +296,21 @@ def run_sweep(
     ``events``: pass a list to receive every run's event dicts (``session_id`` = ``run_id``).
     Rows are in sweep order (gateway, seed, strategy) whatever order the runs finish in.
     """
+    specs = _specs(strategies, gateways, seeds, turns, events is not None)
+    return run_specs(specs, executor=executor, progress=progress, events=events)
+
+
+def run_specs(
+    specs: Sequence[RunSpec],
+    *,
+    executor: cf.Executor | None = None,
+    progress: bool | Any = True,
+    events: list[dict[str, Any]] | None = None,
+) -> pl.DataFrame:
+    """Run the given runs (any mix of strategies, gateways, seeds and turns) like ``run_sweep``;
+    rows in the order of ``specs``."""
     import polars as pl
 
-    specs = _specs(strategies, gateways, seeds, turns, events is not None)
     owned = executor is None
     pool = default_executor() if executor is None else executor
     bar = make_progress(len(specs), progress)
@@ -273,7 +338,7 @@ def run_sweep(
     if events is not None:
         for row in ordered:
             events.extend(row.pop("events", []))
-    return pl.DataFrame([{k: row[k] for k in RESULTS_COLUMNS} for row in ordered], schema=results_schema())
+    return pl.DataFrame([{k: row.get(k) for k in RESULTS_COLUMNS} for row in ordered], schema=results_schema())
 
 
 def save_results(df: pl.DataFrame, path: str | os.PathLike[str]) -> Path:

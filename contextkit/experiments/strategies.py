@@ -16,7 +16,13 @@
 * ``anthropic-clearing`` — Anthropic-style context editing (``contextkit.policy.clearing``) applied
   to the full history before every request, as the server does: above ``CLEARING_TRIGGER`` of the
   window or the cap it clears every tool result but the last ``CLEARING_KEEP`` if that frees at
-  least ``CLEARING_AT_LEAST`` of the window (cleared results are archived in memory).
+  least ``CLEARING_AT_LEAST`` of the window (cleared results are archived in memory; no recall
+  tool is offered, as with Anthropic's server-side clearing).
+* ``forget-all`` — the system messages plus the current turn only: the floor of the needle metric
+  (it completes every turn and can answer no needle question).
+
+Peers — other libraries driven as their users drive them — live in ``experiments.peers``; every
+strategy the sweeps know is in ``experiments.registry``.
 
 Baselines make one attempt per request (no retries) and stop at the first failed request: an
 agent that got no answer cannot take its next step. Each runner returns a ``StrategyRun``.
@@ -36,10 +42,10 @@ __all__ = [
     "BASELINES",
     "CONTEXTKIT_STRATEGIES",
     "SLIDING_WINDOW_MESSAGES",
-    "STRATEGIES",
     "StrategyRun",
     "clearing_shaper",
-    "run_strategy",
+    "forget_all",
+    "run_builtin",
     "sliding_window",
 ]
 
@@ -48,13 +54,12 @@ TRIM_RATIO = 0.75
 REQUEST_TIMEOUT = 30.0
 MAX_TOOL_ROUNDS = 8
 CONTEXTKIT_STRATEGIES = ("contextkit", "contextkit-no-microcompact", "contextkit-learned-cap", "contextkit-always-on")
-BASELINES = ("none", "sliding-window", "trim_messages", "anthropic-clearing")
+BASELINES = ("none", "sliding-window", "trim_messages", "anthropic-clearing", "forget-all")
 # Anthropic's defaults are 100,000 tokens / keep 3 / no minimum for 200k-token windows; scaled here
 # to the experiment's window and cap. One result kept: three raw 20-60 KB outputs exceed 128 KB.
 CLEARING_TRIGGER = 0.60
 CLEARING_KEEP = 1
 CLEARING_AT_LEAST = 0.10
-STRATEGIES = CONTEXTKIT_STRATEGIES + BASELINES
 
 
 @dataclass
@@ -67,9 +72,10 @@ class StrategyRun:
     retries: int = 0
     summarizer_cost: float = 0.0
     archived_items: int | None = None  # None: the strategy has no archive
-    recall_fidelity: float | None = None  # None: no archive to recall from
     recoverable: float = 0.0  # share of tool outputs in the final context or recallable from it
     stats: dict[str, Any] = field(default_factory=dict)
+    replies: dict[int, str] = field(default_factory=dict)  # turn -> final reply text (needle grading)
+    note: str | None = None  # how the strategy was configured (peers: library versions, settings)
 
 
 def sliding_window(history: list[dict[str, Any]], keep: int = SLIDING_WINDOW_MESSAGES) -> list[dict[str, Any]]:
@@ -80,6 +86,12 @@ def sliding_window(history: list[dict[str, Any]], keep: int = SLIDING_WINDOW_MES
     while tail and tail[0]["role"] == "tool":
         tail = tail[1:]
     return system + tail
+
+
+def forget_all(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """System messages plus everything from the last user message on (the current turn only)."""
+    last_user = max((i for i, m in enumerate(history) if m["role"] == "user"), default=len(history))
+    return [m for m in history[:last_user] if m["role"] == "system"] + history[last_user:]
 
 
 def clearing_shaper(
@@ -122,13 +134,15 @@ def _shaper(
         return list
     if strategy == "sliding-window":
         return sliding_window
+    if strategy == "forget-all":
+        return forget_all
     if strategy == "trim_messages":
         from contextkit import backend
 
         backend.litellm()  # offline settings before litellm.utils is imported
         budget = int(gw.context_window * TRIM_RATIO)
         return lambda history: backend.trim_messages(history, model="", max_tokens=budget)
-    raise ValueError(f"unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
+    raise ValueError(f"unknown baseline {strategy!r}; use one of {', '.join(BASELINES)}")
 
 
 def _share_in(outputs: list[str], text: str) -> float:
@@ -156,13 +170,18 @@ def _baseline(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_
             )
         )  # fmt: skip
 
+    replies: dict[int, str] = {}
+
+    def stopped(turn: int, error: str) -> StrategyRun:
+        return StrategyRun(turn, error, list(log), recoverable=_share_in(workload.outputs, _text(sent)), replies=replies)
+
     for turn in range(workload.turns):
         history.append({"role": "user", "content": workload.user_message(turn)})
         for _ in range(MAX_TOOL_ROUNDS):
             try:
                 sent = shape(history)
             except Exception as exc:  # noqa: BLE001 - a baseline that crashes is a result, not a bug here
-                return StrategyRun(turn, f"{strategy} failed: {type(exc).__name__}: {exc}", list(log))
+                return stopped(turn, f"{strategy} failed: {type(exc).__name__}: {exc}")
             size = request_bytes(sent, tools=tools, model=model)
             started = time.perf_counter()
             try:
@@ -171,8 +190,7 @@ def _baseline(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_
                 failure = classify_failure(exc, request_bytes=size)
                 kind = failure.kind.value
                 record(turn, size, len(sent), started, outcome="rejected", failure_kind=kind, status=failure.status)
-                text = f"{kind}: {failure.reason}"
-                return StrategyRun(turn, text, list(log), recoverable=_share_in(workload.outputs, _text(sent)))
+                return stopped(turn, f"{kind}: {failure.reason}")
             usage = getattr(response, "usage", None)
             record(
                 turn, size, len(sent), started, outcome="ok",
@@ -184,6 +202,7 @@ def _baseline(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_
             calls = list(getattr(message, "tool_calls", None) or [])
             if not calls:
                 history.append({"role": "assistant", "content": message.content or ""})
+                replies[turn] = message.content or ""
                 break
             history.append(
                 {
@@ -203,8 +222,10 @@ def _baseline(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_
                 result = workload.call(c.function.name, c.function.arguments or "{}")
                 history.append({"role": "tool", "tool_call_id": c.id, "content": result})
         else:
-            return StrategyRun(turn, f"turn {turn + 1} needed more than {MAX_TOOL_ROUNDS} tool rounds", list(log))
-    return StrategyRun(workload.turns, None, list(log), recoverable=_share_in(workload.outputs, _text(sent)))
+            return stopped(turn, f"turn {turn + 1} needed more than {MAX_TOOL_ROUNDS} tool rounds")
+    return StrategyRun(
+        workload.turns, None, list(log), recoverable=_share_in(workload.outputs, _text(sent)), replies=replies
+    )
 
 
 def _text(messages: list[dict[str, Any]]) -> str:
@@ -214,7 +235,6 @@ def _text(messages: list[dict[str, Any]]) -> str:
 def _contextkit(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_id: str) -> StrategyRun:
     from contextkit.archive import Archive
     from contextkit.errors import ContextkitError
-    from contextkit.markers import key_for, marker
     from contextkit.policy.expand import expand_markers
     from contextkit.session import Session
     from contextkit.settings import Limits
@@ -235,17 +255,17 @@ def _contextkit(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, ru
     )  # fmt: skip
     error: str | None = None
     done = 0
+    replies: dict[int, str] = {}
     try:
         for turn in range(workload.turns):
             try:
-                session.send(workload.user_message(turn))
+                replies[turn] = session.send(workload.user_message(turn)).text
             except ContextkitError as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 break
             done = turn + 1
         events = list(session.events)
         entries = archive.entries()
-        exact = sum(1 for e in entries if key_for(archive.recall(marker(e.key)).text) == e.key)
         expanded = expand_markers("\n".join(m.content for m in session.history), archive)
         stats = session.stats.to_dict()
         return StrategyRun(
@@ -255,9 +275,9 @@ def _contextkit(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, ru
             retries=_retries(events),
             summarizer_cost=float(stats.get("summarizer_cost") or 0.0),
             archived_items=len(entries),
-            recall_fidelity=exact / len(entries) if entries else None,
             recoverable=_share_in(workload.outputs, expanded),
             stats=stats,
+            replies=replies,
         )
     finally:
         archive.close()
@@ -269,10 +289,8 @@ def _retries(events: list[Event]) -> int:
     return sum(1 for prev in outcomes[:-1] if prev not in ("ok", "length"))
 
 
-def run_strategy(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_id: str) -> StrategyRun:
-    """Run ``workload`` under ``strategy`` against the running simulator ``sim``."""
+def run_builtin(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_id: str) -> StrategyRun:
+    """Run ``workload`` under a contextkit strategy or a baseline against the running simulator."""
     if strategy in CONTEXTKIT_STRATEGIES:
         return _contextkit(strategy, workload, gw, sim, run_id)
-    if strategy in BASELINES:
-        return _baseline(strategy, workload, gw, sim, run_id)
-    raise ValueError(f"unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
+    return _baseline(strategy, workload, gw, sim, run_id)

@@ -18,8 +18,9 @@ SUMMARY_COLUMNS = (
     "tokens_per_turn_vs_none",
     "summarizer_calls",
     "prefix_reuse",
-    "recall_fidelity",
+    "needle_accuracy",
     "recoverable",
+    "cost",
     "wall_s",
 )
 
@@ -27,8 +28,7 @@ SUMMARY_COLUMNS = (
 def summarize(results: pl.DataFrame) -> pl.DataFrame:
     """One row per (strategy, gateway): completion rate, total rejected requests, retries, tokens
     sent relative to ``none`` (total, and per completed turn), summarizer calls, mean prefix reuse,
-    mean recall fidelity (null when the strategy has no archive), mean recoverable share, mean
-    wall time. The ``*_vs_none`` columns are null when the sweep has no ``none`` runs."""
+    mean needle accuracy, mean recoverable share, mean cost per session, mean wall time. The ``*_vs_none`` columns are null when the sweep has no ``none`` runs."""
     per = results.group_by("strategy", "gateway", maintain_order=True).agg(
         pl.len().cast(pl.Int64).alias("runs"),
         pl.col("completed").cast(pl.Float64).mean().alias("completion_rate"),
@@ -38,8 +38,9 @@ def summarize(results: pl.DataFrame) -> pl.DataFrame:
         pl.col("turns_completed").sum().cast(pl.Float64).alias("_turns"),
         pl.col("summarizer_calls").sum().cast(pl.Int64).alias("summarizer_calls"),
         pl.col("prefix_reuse").mean().alias("prefix_reuse"),
-        pl.col("recall_fidelity").mean().alias("recall_fidelity"),
+        pl.col("needle_accuracy").mean().alias("needle_accuracy"),
         pl.col("recoverable").mean().alias("recoverable"),
+        pl.col("cost").mean().alias("cost"),
         pl.col("wall_s").mean().alias("wall_s"),
     )
     base = per.filter(pl.col("strategy") == "none").select(
@@ -57,7 +58,7 @@ def summarize(results: pl.DataFrame) -> pl.DataFrame:
 def format_table(summary: pl.DataFrame) -> str:
     """A fixed-width text table of ``summarize`` output (for the benchmark and the CLI)."""
     headers = ("strategy", "gateway", "runs", "complete", "rejected", "retries", "tokens/none", "tok/turn/none",
-               "summaries", "prefix reuse", "recall fid.", "recoverable", "wall s")  # fmt: skip
+               "summaries", "prefix reuse", "needles", "recoverable", "$/session", "wall s")  # fmt: skip
 
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{v:.0%}"
@@ -70,7 +71,8 @@ def format_table(summary: pl.DataFrame) -> str:
         lines.append((
             r["strategy"], r["gateway"], str(r["runs"]), pct(r["completion_rate"]), str(r["rejected"]),
             str(r["retries"]), ratio(r["tokens_vs_none"]), ratio(r["tokens_per_turn_vs_none"]),
-            str(r["summarizer_calls"]), pct(r["prefix_reuse"]), pct(r["recall_fidelity"]), pct(r["recoverable"]),
+            str(r["summarizer_calls"]), pct(r["prefix_reuse"]), pct(r["needle_accuracy"]), pct(r["recoverable"]),
+            "-" if r["cost"] is None else f"{r['cost']:.3f}",
             "-" if r["wall_s"] is None else f"{r['wall_s']:.1f}",
         ))  # fmt: skip
     widths = [max(len(h), *(len(row[i]) for row in lines)) if lines else len(h) for i, h in enumerate(headers)]

@@ -7,6 +7,8 @@ from the request itself, so any client (sync, async, a notebook, another process
 Directives in the last user message:
 
 * ``[[tool:NAME {json args}]]`` → call tool NAME when the request offers it.
+* ``[[needle:ID {"cue": ..., "tool": ...}]]`` → answer a needle question from the request only,
+  recalling archived content when a retrieval tool and a marker are there (``sim.needles``).
 * ``[[long:N]]`` → a deterministic reply of about N tokens.
 
 A request that ends with a continuation prompt ("Your response was cut off ...", after a length
@@ -22,9 +24,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from contextkit.sim.needles import needle_reply
 from contextkit.sim.workloads import agent_steps
 
 SUMMARY_TRIGGER = "CONVERSATION SEGMENT TO EXTRACT FROM"
+# other libraries' summarization prompts the extractive summarizer answers too (LangChain v1's
+# SummarizationMiddleware ends its default prompt with "Messages to summarize:")
+PEER_SUMMARY_TRIGGERS = ("Messages to summarize:",)
+SUMMARY_TRIGGERS = (SUMMARY_TRIGGER, *PEER_SUMMARY_TRIGGERS)
 CONTINUATION_TRIGGER = "Your response was cut off"
 NOTICE_TRIGGER = "[SYSTEM NOTICE"
 SUMMARY_SECTIONS = (
@@ -76,7 +83,7 @@ class Conversation:
     @property
     def is_summary(self) -> bool:
         last = self.last_user
-        return last is not None and SUMMARY_TRIGGER in last.text
+        return last is not None and any(t in last.text for t in SUMMARY_TRIGGERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +196,9 @@ class ScriptedModel:
     def reply(self, conv: Conversation) -> Reply:
         if conv.is_summary:
             return Reply(extractive_summary(conv.last_user.text if conv.last_user else ""))
+        answer = needle_reply(conv, f"call_{_short_hash(conv, 'needle')}")
+        if answer is not None:
+            return answer
         last = conv.messages[-1] if conv.messages else None
         if last is not None and last.role == "user":
             directive = self._directive_reply(conv, last)
@@ -268,7 +278,8 @@ _MODIFY_RE = re.compile(r"\b(modified|edited|wrote|patched|changed|updated)\b", 
 
 def extractive_summary(prompt: str) -> str:
     """A structured summary built only from facts found in the segment (paths, calls, errors)."""
-    segment = prompt.split(SUMMARY_TRIGGER, 1)[-1].lstrip(":\n ")
+    trigger = next((t for t in SUMMARY_TRIGGERS if t in prompt), SUMMARY_TRIGGER)
+    segment = prompt.split(trigger, 1)[-1].lstrip(":\n ")
     lines = segment.splitlines()
     calls = _dedup(c for hit in _CALL_RE.finditer(segment) for c in _split_calls(hit.group(1)))
     read = _dedup(p for c in calls if c.startswith("read_file") for p in _PATH_RE.findall(c))

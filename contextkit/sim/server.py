@@ -37,7 +37,7 @@ from contextkit.sim.config import (
     SimConfig,
 )
 from contextkit.sim.gate import StreamGate, peer_gone
-from contextkit.sim.model import CONTINUATION_TRIGGER, SUMMARY_TRIGGER, Conversation, Reply, ScriptedModel
+from contextkit.sim.model import CONTINUATION_TRIGGER, SUMMARY_TRIGGERS, Conversation, Reply, ScriptedModel
 from contextkit.sizing import text_tokens, truncate_to_tokens
 
 __all__ = ["FAULT_KINDS", "SUMMARY_MODES", "GatewaySimulator", "RequestRecord", "SimConfig", "StreamGate"]
@@ -262,7 +262,7 @@ class GatewaySimulator:
     # request handling ----------------------------------------------------------------------------
     def _process(self, route: str, body: bytes, cfg: SimConfig, seq: int) -> _Outcome:
         # unparsed (rejected by the cap): guess the kind from the raw bytes
-        kind = "summary" if SUMMARY_TRIGGER.encode() in body else "turn"
+        kind = "summary" if any(t.encode() in body for t in SUMMARY_TRIGGERS) else "turn"
         if cfg.max_body is not None and len(body) > cfg.max_body:
             resp = faults.gateway_reject(route, cfg.reject_with, len(body), cfg.max_body)
             return _Outcome(resp, f"body {len(body)} > cap {cfg.max_body}", kind=kind)

@@ -1,0 +1,343 @@
+"""Peers: other context-management libraries, driven as their users drive them, on the same
+simulator, workloads and seeds as contextkit (issue 16).
+
+* ``langchain-summarization`` — LangChain v1 ``create_agent`` with ``SummarizationMiddleware`` in its
+  documented fractional form (``trigger=("fraction", 0.8)``, ``keep=("fraction", 0.3)``), the model a
+  ``ChatOpenAI`` pointed at the simulator whose profile states the window (as LangChain's docs say
+  to do for models without profile data). The summarizer is the same model.
+* ``langchain-context-editing`` — ``create_agent`` with ``ContextEditingMiddleware`` and one
+  ``ClearToolUsesEdit`` (its default ``keep=3``; trigger at 80% of the told window instead of the
+  default 100k tokens, which is beyond a 32k window).
+* ``headroom`` — headroom-ai's library ``compress(messages, model_limit=window)`` before every
+  request, with its ``headroom_retrieve`` tool offered and served from headroom's own CCR store.
+* ``openhands-condenser`` — the OpenHands SDK condensers; a row that says why it cannot run when the
+  SDK is not importable (its releases need Python >= 3.12).
+* ``anthropic-clearing`` — Anthropic-style clearing of old tool results (trigger / keep /
+  clear_at_least), applied client-side before each request: ``contextkit.policy.clearing`` when it
+  is there (issue 14; it archives what it clears and the ``recall`` tool is offered), else the
+  semantics of Anthropic's ``clear_tool_uses_20250919`` implemented here (no archive).
+
+Every peer is told the model window and nothing else: none of them knows the gateway's byte cap.
+Peer libraries are imported inside the runners only (``import contextkit`` never loads them).
+A peer that raises ends its run, like a user's agent loop would end; the error is the row's
+``error``. A peer whose library is missing gets ``peer_status(name)`` — the reason, with versions.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from contextkit.experiments.strategies import MAX_TOOL_ROUNDS, REQUEST_TIMEOUT, StrategyRun, _share_in, _text
+from contextkit.experiments.workload import SYSTEM_PROMPT, GatewaySpec, Workload
+
+__all__ = ["PEERS", "PEER_PACKAGES", "TRIGGER_FRACTION", "peer_status", "run_peer"]
+
+PEERS = (
+    "langchain-summarization",
+    "langchain-context-editing",
+    "headroom",
+    "openhands-condenser",
+    "anthropic-clearing",
+)
+# what each peer needs importable (distribution names, for the "why not" row)
+PEER_PACKAGES: dict[str, tuple[str, ...]] = {
+    "langchain-summarization": ("langchain", "langchain-openai"),
+    "langchain-context-editing": ("langchain", "langchain-openai"),
+    "headroom": ("headroom-ai",),
+    "openhands-condenser": ("openhands-sdk",),
+    "anthropic-clearing": (),
+}
+_MODULES = {"langchain": "langchain.agents", "langchain-openai": "langchain_openai", "headroom-ai": "headroom",
+            "openhands-sdk": "openhands.sdk"}  # fmt: skip
+TRIGGER_FRACTION = 0.8  # LangChain's documented fractional trigger; used for every peer's trigger
+KEEP_FRACTION = 0.3  # LangChain's documented fractional keep
+KEEP_TOOL_RESULTS = 3  # ClearToolUsesEdit's and Anthropic's default keep
+CLEARED = "[cleared]"
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def peer_status(name: str) -> str | None:
+    """None when ``name`` can run here; else why not (missing package, its import error, versions)."""
+    if name not in PEERS:
+        raise ValueError(f"unknown peer {name!r}; use one of {', '.join(PEERS)}")
+    for dist in PEER_PACKAGES[name]:
+        try:
+            importlib.import_module(_MODULES[dist])
+        except Exception as exc:  # noqa: BLE001 - any import failure is the reason the row gives
+            python = ".".join(map(str, sys.version_info[:3]))
+            hint = " (its releases on PyPI need Python >= 3.12)" if dist == "openhands-sdk" else ""
+            installed = _version(dist)
+            got = f"{dist} {installed} installed but" if installed else f"{dist} not installed{hint};"
+            return f"{got} import failed on Python {python}: {type(exc).__name__}: {exc}"[:300]
+    if name == "openhands-condenser":
+        return "openhands-sdk imports, but no adapter drives it yet in this version of contextkit"
+    return None
+
+
+def versions(name: str) -> str:
+    return ", ".join(f"{d} {_version(d)}" for d in PEER_PACKAGES[name]) or "no extra package"
+
+
+def run_peer(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_id: str) -> StrategyRun:
+    """Run ``workload`` under the peer ``strategy`` against the running simulator ``sim``."""
+    why = peer_status(strategy)
+    if why is not None:
+        return StrategyRun(0, f"not run: {why}", [], note="unavailable")
+    if strategy.startswith("langchain-"):
+        return _langchain(strategy, workload, gw, sim)
+    if strategy == "headroom":
+        return _headroom(workload, gw, sim)
+    return _anthropic_clearing(workload, gw, sim, run_id)
+
+
+# LangChain v1 ------------------------------------------------------------------------------------
+
+
+def _langchain_tools(workload: Workload) -> list[Callable[..., str]]:
+    """The workload's tools as plain typed functions returning text (create_agent wraps them)."""
+
+    def read_file(path: str, start: int | None = None, end: int | None = None) -> str:
+        """Read a file of the workspace, optionally a 1-based inclusive line range."""
+        args: dict[str, Any] = {"path": path}
+        if start is not None:
+            args["start"] = start
+        if end is not None:
+            args["end"] = end
+        return workload.call("read_file", json.dumps(args))
+
+    def grep(pattern: str) -> str:
+        """Search the workspace for a pattern (grep -rn)."""
+        return workload.call("grep", json.dumps({"pattern": pattern}))
+
+    def tail_log(n: int) -> str:
+        """The last n lines of the service log."""
+        return workload.call("tail_log", json.dumps({"n": n}))
+
+    def get_json(n: int) -> str:
+        """Fetch n records from the inventory API as JSON."""
+        return workload.call("get_json", json.dumps({"n": n}))
+
+    return [read_file, grep, tail_log, get_json]
+
+
+def _langchain(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any) -> StrategyRun:
+    from contextkit import backend
+
+    backend.litellm()  # offline tiktoken settings before langchain-openai loads tiktoken
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware, SummarizationMiddleware
+    from langchain_core.messages import HumanMessage
+    from langchain_openai import ChatOpenAI
+
+    window = gw.context_window
+    model = ChatOpenAI(
+        model=sim.litellm_kwargs()["model"].split("/", 1)[1], base_url=sim.api_base, api_key="sim-key",
+        timeout=REQUEST_TIMEOUT, profile={"max_input_tokens": window},
+    )  # fmt: skip
+    middleware: Any
+    if strategy == "langchain-summarization":
+        middleware = SummarizationMiddleware(
+            model=model, trigger=("fraction", TRIGGER_FRACTION), keep=("fraction", KEEP_FRACTION)
+        )
+        note = f"SummarizationMiddleware(trigger=('fraction', {TRIGGER_FRACTION}), keep=('fraction', {KEEP_FRACTION}))"
+    else:
+        trigger = int(window * TRIGGER_FRACTION)
+        middleware = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=trigger, keep=KEEP_TOOL_RESULTS)])
+        note = f"ContextEditingMiddleware(ClearToolUsesEdit(trigger={trigger}, keep={KEEP_TOOL_RESULTS}))"
+    agent = create_agent(model=model, tools=_langchain_tools(workload), system_prompt=SYSTEM_PROMPT, middleware=[middleware])
+    note = f"{versions(strategy)}; {note}; window told: {window}"
+    messages: list[Any] = []
+    replies: dict[int, str] = {}
+    for turn in range(workload.turns):
+        try:
+            state = agent.invoke(
+                {"messages": [*messages, HumanMessage(workload.user_message(turn))]},
+                {"recursion_limit": 2 * MAX_TOOL_ROUNDS + 1},
+            )
+        except Exception as exc:  # noqa: BLE001 - whatever the library raises ends the user's agent run
+            return StrategyRun(turn, f"{type(exc).__name__}: {str(exc)[:300]}", [], replies=replies, note=note,
+                               recoverable=_share_in(workload.outputs, _lc_text(messages)))  # fmt: skip
+        messages = list(state["messages"])
+        replies[turn] = str(messages[-1].content or "")
+    return StrategyRun(workload.turns, None, [], replies=replies, note=note,
+                       recoverable=_share_in(workload.outputs, _lc_text(messages)))  # fmt: skip
+
+
+def _lc_text(messages: list[Any]) -> str:
+    return "\n".join(str(getattr(m, "content", "") or "") for m in messages)
+
+
+# a plain agent loop over litellm, with a request shaper (headroom, Anthropic-style clearing) ------------
+
+
+Shaper = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+Retriever = Callable[[str, str], str | None]  # (tool name, JSON arguments) -> result, None: not a retrieval
+
+
+def _loop(
+    workload: Workload, sim: Any, shape: Shaper, *, tools: list[dict[str, Any]], retrieve: Retriever, note: str
+) -> StrategyRun:
+    """The agent loop a litellm user writes: shape the history, send it, run the tools; stop at the first
+    failed request (no retries, like the baselines)."""
+    from contextkit import backend
+
+    kwargs = sim.litellm_kwargs()
+    model = kwargs.pop("model")
+    history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
+    replies: dict[int, str] = {}
+    sent = history
+    for turn in range(workload.turns):
+        history.append({"role": "user", "content": workload.user_message(turn)})
+        for _ in range(MAX_TOOL_ROUNDS):
+            try:
+                sent = shape(history)
+                response = backend.completion(model, sent, timeout=REQUEST_TIMEOUT, tools=tools, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - a failed request or a crashed shaper ends the run
+                return StrategyRun(turn, f"{type(exc).__name__}: {str(exc)[:300]}", [], replies=replies, note=note,
+                                   recoverable=_share_in(workload.outputs, _text(sent)))  # fmt: skip
+            message = response.choices[0].message
+            calls = list(getattr(message, "tool_calls", None) or [])
+            if not calls:
+                replies[turn] = message.content or ""
+                history.append({"role": "assistant", "content": replies[turn]})
+                break
+            history.append({"role": "assistant", "content": message.content or None, "tool_calls": [
+                {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                for c in calls
+            ]})  # fmt: skip
+            for c in calls:
+                args = c.function.arguments or "{}"
+                result = retrieve(c.function.name, args)
+                if result is None:
+                    result = workload.call(c.function.name, args)
+                history.append({"role": "tool", "tool_call_id": c.id, "content": result})
+        else:
+            return StrategyRun(turn, f"turn {turn + 1} needed more than {MAX_TOOL_ROUNDS} tool rounds", [],
+                               replies=replies, note=note)  # fmt: skip
+    return StrategyRun(workload.turns, None, [], replies=replies, note=note,
+                       recoverable=_share_in(workload.outputs, _text(sent)))  # fmt: skip
+
+
+def _headroom(workload: Workload, gw: GatewaySpec, sim: Any) -> StrategyRun:
+    import os
+
+    from contextkit import backend
+
+    backend.litellm()  # tiktoken from litellm's bundled files: headroom's tokenizer must not download
+    os.environ.setdefault("HEADROOM_OFFLINE", "1")
+    from headroom import compress
+    from headroom.cache.compression_store import get_compression_store
+    from headroom.ccr.tool_injection import CCR_TOOL_NAME, create_ccr_tool_definition
+
+    store = get_compression_store()
+
+    def shape(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return list(compress(history, model="gpt-4o", model_limit=gw.context_window).messages)
+
+    def retrieve(name: str, arguments: str) -> str | None:
+        if name != CCR_TOOL_NAME:
+            return None
+        try:
+            key = str(json.loads(arguments).get("hash", ""))
+        except (ValueError, AttributeError):
+            key = ""
+        entry = store.retrieve(key)
+        return entry.original_content if entry is not None else f"no content stored for hash={key}"
+
+    tools = [*workload.tool_schemas, create_ccr_tool_definition("openai")]
+    note = f"{versions('headroom')}; compress(model_limit={gw.context_window}) per request, headroom_retrieve offered"
+    return _loop(workload, sim, shape, tools=tools, retrieve=retrieve, note=note)
+
+
+# Anthropic-style clearing -------------------------------------------------------------------------
+
+
+def clear_tool_uses(
+    history: list[dict[str, Any]],
+    *,
+    trigger: int,
+    keep: int = KEEP_TOOL_RESULTS,
+    clear_at_least: int = 0,
+    count_tokens: Callable[[list[dict[str, Any]]], int],
+    placeholder: str = CLEARED,
+) -> list[dict[str, Any]]:
+    """Anthropic's ``clear_tool_uses_20250919`` semantics on an OpenAI-style history: above ``trigger``
+    tokens, replace the oldest tool results (all but the last ``keep``) with ``placeholder``, stopping
+    once at least ``clear_at_least`` tokens were freed (0: clear every candidate). Returns a copy."""
+    tokens = count_tokens(history)
+    if tokens <= trigger:
+        return history
+    out = list(history)
+    tool_idx = [i for i, m in enumerate(out) if m.get("role") == "tool" and m.get("content") != placeholder]
+    candidates = tool_idx[:-keep] if keep else tool_idx
+    for i in candidates:
+        out[i] = {**out[i], "content": placeholder}
+        if clear_at_least and tokens - count_tokens(out) >= clear_at_least:
+            break
+    return out
+
+
+def _anthropic_clearing(workload: Workload, gw: GatewaySpec, sim: Any, run_id: str) -> StrategyRun:
+    from contextkit import backend
+
+    model = sim.litellm_kwargs()["model"]
+    trigger = int(gw.context_window * TRIGGER_FRACTION)
+
+    def count(messages: list[dict[str, Any]]) -> int:
+        return backend.token_counter(model, messages)
+
+    policy = _clearing_policy()
+    if policy is not None:
+        return _contextkit_clearing(policy, workload, sim, run_id, trigger)
+
+    def shape(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return clear_tool_uses(history, trigger=trigger, keep=KEEP_TOOL_RESULTS, count_tokens=count)
+
+    note = (f"clear_tool_uses(trigger={trigger}, keep={KEEP_TOOL_RESULTS}, clear_at_least=0) in the adapter "
+            "(contextkit.policy.clearing is not on this branch yet); no archive")  # fmt: skip
+    return _loop(workload, sim, shape, tools=workload.tool_schemas, retrieve=lambda name, args: None, note=note)
+
+
+def _clearing_policy() -> Callable[..., Any] | None:
+    """Issue 14's ``contextkit.policy.clearing.clear_tool_uses`` when it is on this branch."""
+    try:
+        module = importlib.import_module("contextkit.policy.clearing")
+    except ImportError:
+        return None
+    fn = getattr(module, "clear_tool_uses", None)
+    return fn if callable(fn) else None
+
+
+def _contextkit_clearing(
+    policy: Callable[..., Any], workload: Workload, sim: Any, run_id: str, trigger: int
+) -> StrategyRun:
+    """Issue 14's pure clearing policy (it archives what it clears) with the recall tool offered."""
+    from contextkit.archive import Archive
+    from contextkit.archive.recall import recall, recall_tool_schema
+    from contextkit.messages import from_wire_list, to_wire_list
+
+    archive = Archive.in_memory(session_id=run_id)
+
+    def shape(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        cleared = policy(from_wire_list(history), trigger=trigger, keep=KEEP_TOOL_RESULTS, archive=archive)
+        return to_wire_list(getattr(cleared, "history", cleared))
+
+    def retrieve(name: str, arguments: str) -> str | None:
+        return recall(archive, arguments).text if name == "recall" else None
+
+    note = f"contextkit.policy.clearing.clear_tool_uses(trigger={trigger}, keep={KEEP_TOOL_RESULTS}); recall offered"
+    tools = [*workload.tool_schemas, recall_tool_schema()]
+    try:
+        return _loop(workload, sim, shape, tools=tools, retrieve=retrieve, note=note)
+    finally:
+        archive.close()
