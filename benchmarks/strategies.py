@@ -3,8 +3,8 @@
 128 KB gateway (Cloudflare-style 403 on oversize bodies), 32k-token model window, 20 seeded agent
 sessions of 40 turns per strategy, each turn reading a 20-60 KB tool output. Prints one row per
 strategy: completion rate, rejected requests, tokens sent relative to no management, prefix
-reuse, recall fidelity. Exits 1 unless contextkit's pipeline completes every session with 100%
-recall fidelity.
+reuse, needle accuracy (facts planted in tool outputs and asked about later). Exits 1 unless
+contextkit's pipeline completes every session. Peers (other libraries): benchmarks/peers.py.
 
     python benchmarks/strategies.py [--seeds 20] [--turns 40] [--workers N] [--out results.parquet]
 """
@@ -17,7 +17,14 @@ import time
 
 import polars as pl
 
-from contextkit.experiments import STRATEGIES, GatewaySpec, default_executor, run_sweep, save_results
+from contextkit.experiments import (
+    BASELINES,
+    CONTEXTKIT_STRATEGIES,
+    GatewaySpec,
+    default_executor,
+    run_sweep,
+    save_results,
+)
 from contextkit.experiments.summary import format_table, summarize
 
 
@@ -32,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     executor = default_executor(args.workers)
     try:
-        results = run_sweep(STRATEGIES, [gateway], range(args.seeds), args.turns, executor=executor)
+        results = run_sweep(CONTEXTKIT_STRATEGIES + BASELINES, [gateway], range(args.seeds), args.turns, executor=executor)
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
     if args.out:
@@ -44,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "tokens/none: prompt tokens accepted by the provider, relative to no management (tok/turn: per completed turn)"
     )
-    print("recall fid.: archived items whose recall is byte-exact ('-' = no archive); recoverable: tool outputs")
+    print("needles: share of needle questions answered with the planted fact; recoverable: tool outputs")
     print("still in context or recallable at the end\n")
     print(format_table(summary))
     errors = (
@@ -56,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {strategy}: e.g. {error[:150]}")
     print(f"\nwall time {time.perf_counter() - started:.0f} s")
     ck = summary.filter(summary["strategy"] == "contextkit").row(0, named=True)
-    if ck["completion_rate"] != 1.0 or ck["recall_fidelity"] != 1.0:
-        print("FAIL: contextkit must complete every session with 100% recall fidelity", file=sys.stderr)
+    if ck["completion_rate"] != 1.0:
+        print("FAIL: contextkit must complete every session", file=sys.stderr)
         return 1
     return 0
 

@@ -115,14 +115,14 @@ def verdicts(summary: pl.DataFrame) -> dict[str, str]:
     out: dict[str, str] = {}
     for (cell,), rows in summary.filter(pl.col("status").is_null()).group_by("gateway", maintain_order=True):
         done = rows.filter(pl.col("completion") == 1.0)
-        best_c = rows["completion"].max()
-        best_n = rows["needles"].max()
+        best_c = _float(rows["completion"].max())
+        best_n = _float(rows["needles"].max())
         parts = [
             f"completion: {_names(rows, 'completion', best_c)} ({_pct(best_c)})",
             f"needles: {_names(rows, 'needles', best_n)} ({_pct(best_n)})",
         ]
         if done.height:
-            cheapest = done["cost"].min()
+            cheapest = _float(done["cost"].min()) or 0.0
             parts.append(f"cost among completers: {_names(done, 'cost', cheapest)} (${cheapest:.3f}/session)")
         else:
             parts.append("cost: no strategy completed every run")
@@ -135,6 +135,10 @@ def _names(rows: pl.DataFrame, column: str, value: Any) -> str:
         return "-"
     hits = [r["strategy"] for r in rows.iter_rows(named=True) if r[column] is not None and abs(r[column] - value) < 1e-9]
     return hits[0] if len(hits) == 1 else " = ".join(hits)
+
+
+def _float(v: object) -> float | None:
+    return float(v) if isinstance(v, int | float) else None
 
 
 def _pct(v: float | None) -> str:
@@ -157,7 +161,7 @@ def format_arena(summary: pl.DataFrame, *, standard_first: bool = True) -> str:
         rows = summary.filter(pl.col("gateway") == cell)
         first = rows.row(0, named=True)
         cap = "no cap" if first["max_body"] is None else f"cap {first['max_body']:,} B"
-        lines = []
+        lines: list[tuple[str, ...]] = []
         for r in rows.iter_rows(named=True):
             if r["status"] is not None:
                 lines.append((r["strategy"], str(r["runs"]), "not run: " + r["status"]))

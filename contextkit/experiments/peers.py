@@ -138,10 +138,11 @@ def _langchain(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any) -> 
     from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware, SummarizationMiddleware
     from langchain_core.messages import HumanMessage
     from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
 
     window = gw.context_window
     model = ChatOpenAI(
-        model=sim.litellm_kwargs()["model"].split("/", 1)[1], base_url=sim.api_base, api_key="sim-key",
+        model=sim.litellm_kwargs()["model"].split("/", 1)[1], base_url=sim.api_base, api_key=SecretStr("sim-key"),
         timeout=REQUEST_TIMEOUT, profile={"max_input_tokens": window},
     )  # fmt: skip
     middleware: Any

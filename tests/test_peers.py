@@ -1,0 +1,134 @@
+"""The peer arena (issue 16): real peers on the simulator, rows that say why a peer did not run, the grid."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+from contextkit.experiments import GatewaySpec, RunSpec, run_one
+from contextkit.experiments.arena import STANDARD_CELL, cells, format_arena, grid_specs, summarize_arena, verdicts
+from contextkit.experiments.peers import PEERS, clear_tool_uses, peer_status
+
+ROOMY = GatewaySpec("roomy", context_window=1_000_000, max_body=None)
+
+
+def test_import_contextkit_loads_no_peer_library() -> None:
+    code = (
+        "import sys, contextkit, contextkit.experiments, contextkit.experiments.peers;"
+        "bad = [m for m in ('langchain', 'langchain_openai', 'langgraph', 'headroom', 'openhands') if m in sys.modules];"
+        "print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
+
+
+@pytest.mark.parametrize("peer", ["langchain-summarization", "langchain-context-editing", "headroom"])
+def test_a_real_peer_answers_every_needle_when_the_history_fits(peer: str) -> None:
+    pytest.importorskip("langchain" if peer.startswith("langchain") else "headroom")
+    row = run_one(RunSpec(peer, ROOMY, 0, 12, target_bytes=4_000))
+    assert row["completed"] and row["error"] is None and row["turns_completed"] == 12
+    assert row["needles_planned"] >= 2 and row["needle_accuracy"] == 1.0
+    assert row["requests"] > 12 and row["tokens_sent"] > 0 and row["cost"] > 0  # measured on the wire
+    assert "window told: 1000000" in row["note"] or peer == "headroom"
+
+
+def test_langchain_summarization_summarizes_through_the_simulator_and_loses_needles() -> None:
+    """A window far below the history: the middleware's summary requests reach the simulator (counted
+    as summarizer calls) and the summarized-away facts are gone."""
+    pytest.importorskip("langchain")
+    tight = GatewaySpec("tight", context_window=6_000, max_body=None)
+    row = run_one(RunSpec("langchain-summarization", tight, 0, 14, target_bytes=4_000))
+    assert row["summarizer_calls"] >= 1
+    assert row["needle_accuracy"] is not None and row["needle_accuracy"] < 1.0
+
+
+def test_peers_do_not_know_the_byte_cap() -> None:
+    """A 200k window behind a 128 KB gateway: LangChain summarizes at 80% of the window it was told,
+    far above the cap, so the gateway's 403 ends the run; contextkit, told the cap, completes."""
+    pytest.importorskip("langchain")
+    gw = next(g for g in cells() if g.name == "128KB-waf403-200k")
+    row = run_one(RunSpec("langchain-summarization", gw, 0, 8))
+    assert not row["completed"] and row["rejected"] >= 1 and "403" in row["error"]
+    assert row["summarizer_calls"] == 0  # it never reached its trigger
+    ck = run_one(RunSpec("contextkit", gw, 0, 8))
+    assert ck["completed"] and ck["rejected"] == 0
+
+
+def test_an_unavailable_peer_gets_a_row_that_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextkit.experiments import peers
+    from contextkit.experiments.peers import run_peer
+
+    # the import headroom's row depends on fails (as on a machine without the extra)
+    monkeypatch.setitem(peers._MODULES, "headroom-ai", "headroom_not_installed_here")
+    why = peer_status("headroom")
+    assert why is not None and "headroom-ai" in why and "No module named 'headroom_not_installed_here'" in why
+
+    run = run_peer("headroom", None, ROOMY, None, "x")  # type: ignore[arg-type]
+    assert run.turns_completed == 0 and run.error is not None and run.error.startswith("not run: ")
+    assert run.note == "unavailable"
+
+
+def test_openhands_row_names_the_python_requirement_when_the_sdk_is_missing() -> None:
+    try:
+        import openhands.sdk  # noqa: F401
+    except ImportError:
+        why = peer_status("openhands-condenser")
+        assert why is not None and "openhands-sdk" in why and "3.12" in why
+    else:  # pragma: no cover - a Python >= 3.12 machine with the SDK
+        assert peer_status("openhands-condenser") is not None
+    with pytest.raises(ValueError, match="unknown peer"):
+        peer_status("no-such-peer")
+    assert set(PEERS) >= {"langchain-summarization", "langchain-context-editing", "anthropic-clearing"}
+
+
+def test_anthropic_style_clearing_keeps_the_last_tool_results_and_stops_at_clear_at_least() -> None:
+    def tool(i: int) -> dict[str, str]:
+        return {"role": "tool", "tool_call_id": f"c{i}", "content": "x" * 100}
+
+    history = [{"role": "user", "content": "u"}, *(tool(i) for i in range(5))]
+
+    def count(messages: list[dict[str, str]]) -> int:
+        return sum(len(m["content"]) for m in messages)
+
+    assert clear_tool_uses(history, trigger=10_000, count_tokens=count) is history  # below the trigger
+    cleared = clear_tool_uses(history, trigger=100, keep=2, count_tokens=count)
+    assert [m["content"] for m in cleared[1:]] == ["[cleared]"] * 3 + ["x" * 100] * 2
+    assert history[1]["content"] == "x" * 100  # a copy: the caller's history is untouched
+    some = clear_tool_uses(history, trigger=100, keep=2, clear_at_least=150, count_tokens=count)
+    assert [m["content"] for m in some[1:]].count("[cleared]") == 2
+
+
+def test_the_grid_has_a_cell_per_cap_rejection_and_window_and_more_seeds_in_the_standard_one() -> None:
+    names = [g.name for g in cells()]
+    assert len(names) == 14 and STANDARD_CELL in names and "nocap-200k" in names and "1MB-drop-200k" in names
+    specs = grid_specs(["contextkit", "none"], standard_seeds=3, other_seeds=1, turns=5)
+    per_cell = pl.DataFrame({"cell": [s.gateway.name for s in specs]}).group_by("cell").len()
+    counts = dict(per_cell.iter_rows())
+    assert counts[STANDARD_CELL] == 6 and all(v == 2 for k, v in counts.items() if k != STANDARD_CELL)
+
+
+def _row(strategy: str, completed: bool, needles: float, cost: float, note: str | None = None) -> dict[str, object]:
+    return {
+        "gateway": STANDARD_CELL, "strategy": strategy, "completed": completed, "needle_accuracy": needles,
+        "rejected": 0 if completed else 1, "tokens_sent": 1000, "cost": cost, "summarizer_calls": 0,
+        "wall_s": 1.0, "context_window": 32_000, "max_body": 131_072, "note": note,
+        "error": "not run: missing" if note == "unavailable" else None,
+    }  # fmt: skip
+
+
+def test_the_verdict_names_the_winners_and_says_when_a_strategy_does_not_win() -> None:
+    frame = pl.DataFrame([
+        _row("contextkit", True, 0.5, 0.20), _row("contextkit", True, 0.7, 0.22),
+        _row("sliding-window", True, 0.0, 0.10), _row("sliding-window", True, 0.0, 0.12),
+        _row("langchain-summarization", True, 0.9, 0.30), _row("langchain-summarization", False, 0.4, 0.10),
+        _row("openhands-condenser", False, 0.0, 0.0, note="unavailable"),
+    ])  # fmt: skip
+    summary = summarize_arena(frame)
+    said = verdicts(summary)[STANDARD_CELL]
+    assert said.startswith("completion: contextkit = sliding-window (100%)")
+    assert "needles: langchain-summarization (65%)" in said and "cost among completers: sliding-window" in said
+    table = format_arena(summary)
+    assert "60% (50%-70%)" in table and "not run: missing" in table and "verdict:" in table
