@@ -9,8 +9,16 @@ import polars as pl
 import pytest
 
 from contextkit.experiments import GatewaySpec, RunSpec, run_one
-from contextkit.experiments.arena import STANDARD_CELL, cells, format_arena, grid_specs, summarize_arena, verdicts
-from contextkit.experiments.peers import PEERS, clear_tool_uses, peer_status
+from contextkit.experiments.arena import (
+    ARENA_STRATEGIES,
+    STANDARD_CELL,
+    cells,
+    format_arena,
+    grid_specs,
+    summarize_arena,
+    verdicts,
+)
+from contextkit.experiments.peers import PEERS, peer_status
 
 ROOMY = GatewaySpec("roomy", context_window=1_000_000, max_body=None)
 
@@ -81,24 +89,9 @@ def test_openhands_row_names_the_python_requirement_when_the_sdk_is_missing() ->
         assert peer_status("openhands-condenser") is not None
     with pytest.raises(ValueError, match="unknown peer"):
         peer_status("no-such-peer")
-    assert set(PEERS) >= {"langchain-summarization", "langchain-context-editing", "anthropic-clearing"}
-
-
-def test_anthropic_style_clearing_keeps_the_last_tool_results_and_stops_at_clear_at_least() -> None:
-    def tool(i: int) -> dict[str, str]:
-        return {"role": "tool", "tool_call_id": f"c{i}", "content": "x" * 100}
-
-    history = [{"role": "user", "content": "u"}, *(tool(i) for i in range(5))]
-
-    def count(messages: list[dict[str, str]]) -> int:
-        return sum(len(m["content"]) for m in messages)
-
-    assert clear_tool_uses(history, trigger=10_000, count_tokens=count) is history  # below the trigger
-    cleared = clear_tool_uses(history, trigger=100, keep=2, count_tokens=count)
-    assert [m["content"] for m in cleared[1:]] == ["[cleared]"] * 3 + ["x" * 100] * 2
-    assert history[1]["content"] == "x" * 100  # a copy: the caller's history is untouched
-    some = clear_tool_uses(history, trigger=100, keep=2, clear_at_least=150, count_tokens=count)
-    assert [m["content"] for m in some[1:]].count("[cleared]") == 2
+    assert set(PEERS) >= {"langchain-summarization", "langchain-context-editing", "headroom"}
+    # Anthropic-style clearing is the shared baseline on contextkit.policy.clearing (tests/test_clearing.py)
+    assert "anthropic-clearing" in ARENA_STRATEGIES and "anthropic-clearing" not in PEERS
 
 
 def test_the_grid_has_a_cell_per_cap_rejection_and_window_and_more_seeds_in_the_standard_one() -> None:

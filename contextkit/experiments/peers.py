@@ -12,10 +12,9 @@ simulator, workloads and seeds as contextkit (issue 16).
   request, with its ``headroom_retrieve`` tool offered and served from headroom's own CCR store.
 * ``openhands-condenser`` — the OpenHands SDK condensers; a row that says why it cannot run when the
   SDK is not importable (its releases need Python >= 3.12).
-* ``anthropic-clearing`` — Anthropic-style clearing of old tool results (trigger / keep /
-  clear_at_least), applied client-side before each request: ``contextkit.policy.clearing`` when it
-  is there (issue 14; it archives what it clears and the ``recall`` tool is offered), else the
-  semantics of Anthropic's ``clear_tool_uses_20250919`` implemented here (no archive).
+
+Anthropic-style clearing and litellm's ``trim_messages`` need no extra package: they are the
+``anthropic-clearing`` and ``trim_messages`` baselines of ``experiments.strategies``.
 
 Every peer is told the model window and nothing else: none of them knows the gateway's byte cap.
 Peer libraries are imported inside the runners only (``import contextkit`` never loads them).
@@ -41,7 +40,6 @@ PEERS = (
     "langchain-context-editing",
     "headroom",
     "openhands-condenser",
-    "anthropic-clearing",
 )
 # what each peer needs importable (distribution names, for the "why not" row)
 PEER_PACKAGES: dict[str, tuple[str, ...]] = {
@@ -49,14 +47,12 @@ PEER_PACKAGES: dict[str, tuple[str, ...]] = {
     "langchain-context-editing": ("langchain", "langchain-openai"),
     "headroom": ("headroom-ai",),
     "openhands-condenser": ("openhands-sdk",),
-    "anthropic-clearing": (),
 }
 _MODULES = {"langchain": "langchain.agents", "langchain-openai": "langchain_openai", "headroom-ai": "headroom",
             "openhands-sdk": "openhands.sdk"}  # fmt: skip
-TRIGGER_FRACTION = 0.8  # LangChain's documented fractional trigger; used for every peer's trigger
+TRIGGER_FRACTION = 0.8  # LangChain's documented fractional trigger (both LangChain rows)
 KEEP_FRACTION = 0.3  # LangChain's documented fractional keep
-KEEP_TOOL_RESULTS = 3  # ClearToolUsesEdit's and Anthropic's default keep
-CLEARED = "[cleared]"
+KEEP_TOOL_RESULTS = 3  # ClearToolUsesEdit's default keep
 
 
 def _version(dist: str) -> str | None:
@@ -95,9 +91,7 @@ def run_peer(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_i
         return StrategyRun(0, f"not run: {why}", [], note="unavailable")
     if strategy.startswith("langchain-"):
         return _langchain(strategy, workload, gw, sim)
-    if strategy == "headroom":
-        return _headroom(workload, gw, sim)
-    return _anthropic_clearing(workload, gw, sim, run_id)
+    return _headroom(workload, gw, sim)
 
 
 # LangChain v1 ------------------------------------------------------------------------------------
@@ -155,7 +149,9 @@ def _langchain(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any) -> 
         trigger = int(window * TRIGGER_FRACTION)
         middleware = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=trigger, keep=KEEP_TOOL_RESULTS)])
         note = f"ContextEditingMiddleware(ClearToolUsesEdit(trigger={trigger}, keep={KEEP_TOOL_RESULTS}))"
-    agent = create_agent(model=model, tools=_langchain_tools(workload), system_prompt=SYSTEM_PROMPT, middleware=[middleware])
+    agent = create_agent(
+        model=model, tools=_langchain_tools(workload), system_prompt=SYSTEM_PROMPT, middleware=[middleware]
+    )
     note = f"{versions(strategy)}; {note}; window told: {window}"
     messages: list[Any] = []
     replies: dict[int, str] = {}
@@ -258,87 +254,3 @@ def _headroom(workload: Workload, gw: GatewaySpec, sim: Any) -> StrategyRun:
     tools = [*workload.tool_schemas, create_ccr_tool_definition("openai")]
     note = f"{versions('headroom')}; compress(model_limit={gw.context_window}) per request, headroom_retrieve offered"
     return _loop(workload, sim, shape, tools=tools, retrieve=retrieve, note=note)
-
-
-# Anthropic-style clearing -------------------------------------------------------------------------
-
-
-def clear_tool_uses(
-    history: list[dict[str, Any]],
-    *,
-    trigger: int,
-    keep: int = KEEP_TOOL_RESULTS,
-    clear_at_least: int = 0,
-    count_tokens: Callable[[list[dict[str, Any]]], int],
-    placeholder: str = CLEARED,
-) -> list[dict[str, Any]]:
-    """Anthropic's ``clear_tool_uses_20250919`` semantics on an OpenAI-style history: above ``trigger``
-    tokens, replace the oldest tool results (all but the last ``keep``) with ``placeholder``, stopping
-    once at least ``clear_at_least`` tokens were freed (0: clear every candidate). Returns a copy."""
-    tokens = count_tokens(history)
-    if tokens <= trigger:
-        return history
-    out = list(history)
-    tool_idx = [i for i, m in enumerate(out) if m.get("role") == "tool" and m.get("content") != placeholder]
-    candidates = tool_idx[:-keep] if keep else tool_idx
-    for i in candidates:
-        out[i] = {**out[i], "content": placeholder}
-        if clear_at_least and tokens - count_tokens(out) >= clear_at_least:
-            break
-    return out
-
-
-def _anthropic_clearing(workload: Workload, gw: GatewaySpec, sim: Any, run_id: str) -> StrategyRun:
-    from contextkit import backend
-
-    model = sim.litellm_kwargs()["model"]
-    trigger = int(gw.context_window * TRIGGER_FRACTION)
-
-    def count(messages: list[dict[str, Any]]) -> int:
-        return backend.token_counter(model, messages)
-
-    policy = _clearing_policy()
-    if policy is not None:
-        return _contextkit_clearing(policy, workload, sim, run_id, trigger)
-
-    def shape(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return clear_tool_uses(history, trigger=trigger, keep=KEEP_TOOL_RESULTS, count_tokens=count)
-
-    note = (f"clear_tool_uses(trigger={trigger}, keep={KEEP_TOOL_RESULTS}, clear_at_least=0) in the adapter "
-            "(contextkit.policy.clearing is not on this branch yet); no archive")  # fmt: skip
-    return _loop(workload, sim, shape, tools=workload.tool_schemas, retrieve=lambda name, args: None, note=note)
-
-
-def _clearing_policy() -> Callable[..., Any] | None:
-    """Issue 14's ``contextkit.policy.clearing.clear_tool_uses`` when it is on this branch."""
-    try:
-        module = importlib.import_module("contextkit.policy.clearing")
-    except ImportError:
-        return None
-    fn = getattr(module, "clear_tool_uses", None)
-    return fn if callable(fn) else None
-
-
-def _contextkit_clearing(
-    policy: Callable[..., Any], workload: Workload, sim: Any, run_id: str, trigger: int
-) -> StrategyRun:
-    """Issue 14's pure clearing policy (it archives what it clears) with the recall tool offered."""
-    from contextkit.archive import Archive
-    from contextkit.archive.recall import recall, recall_tool_schema
-    from contextkit.messages import from_wire_list, to_wire_list
-
-    archive = Archive.in_memory(session_id=run_id)
-
-    def shape(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        cleared = policy(from_wire_list(history), trigger=trigger, keep=KEEP_TOOL_RESULTS, archive=archive)
-        return to_wire_list(getattr(cleared, "history", cleared))
-
-    def retrieve(name: str, arguments: str) -> str | None:
-        return recall(archive, arguments).text if name == "recall" else None
-
-    note = f"contextkit.policy.clearing.clear_tool_uses(trigger={trigger}, keep={KEEP_TOOL_RESULTS}); recall offered"
-    tools = [*workload.tool_schemas, recall_tool_schema()]
-    try:
-        return _loop(workload, sim, shape, tools=tools, retrieve=retrieve, note=note)
-    finally:
-        archive.close()
