@@ -235,7 +235,7 @@ def _text(messages: list[dict[str, Any]]) -> str:
 def _contextkit(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_id: str) -> StrategyRun:
     from contextkit.archive import Archive
     from contextkit.errors import ContextkitError
-    from contextkit.policy.expand import expand_markers
+    from contextkit.policy.expand import reachable
     from contextkit.session import Session
     from contextkit.settings import Limits
 
@@ -266,7 +266,8 @@ def _contextkit(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, ru
             done = turn + 1
         events = list(session.events)
         entries = archive.entries()
-        expanded = expand_markers("\n".join(m.content for m in session.history), archive)
+        context = "\n".join(m.content for m in session.history)
+        expanded = "\n".join([context, *reachable(context, archive).values()])
         stats = session.stats.to_dict()
         return StrategyRun(
             turns_completed=done,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from contextkit.markers import MARKER_RE, ArchiveSink
+from contextkit.markers import MARKER_RE, ArchiveSink, extract_keys
 
 
 def expand_markers(text: str, archive: ArchiveSink, *, max_depth: int = 20) -> str:
@@ -34,3 +34,21 @@ def expand_markers(text: str, archive: ArchiveSink, *, max_depth: int = 20) -> s
         return MARKER_RE.sub(sub, t)
 
     return expand(text, 0, ())
+
+
+def reachable(text: str, archive: ArchiveSink) -> dict[str, str]:
+    """Every archived entry reachable from ``text`` through markers (key -> stored content), each
+    read once: linear in the archive, where ``expand_markers`` copies a shared entry into every
+    place that cites it (chains of summaries citing summaries make that exponential)."""
+    found: dict[str, str] = {}
+    todo = extract_keys(text)
+    while todo:
+        key = todo.pop()
+        if key in found:
+            continue
+        stored = archive.get(key)
+        if stored is None:
+            continue
+        found[key] = stored
+        todo.extend(k for k in extract_keys(stored) if k not in found)
+    return found

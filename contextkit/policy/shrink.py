@@ -10,7 +10,9 @@ cut here (``policy.oversize`` owns that case), and the tool call/result chain si
 after every older message has been cut as far as it goes.
 
 ``cap_verbatim`` keeps preserve_verbatim messages to a quarter of the budget: beyond that the
-oldest are stubbed with their marker and lose the flag, so compaction always converges.
+oldest are stubbed with their marker and lose the flag, so compaction always converges. Both take
+a recall result the model has not read yet (``unread_recalls``) last: the model asked for it for
+its very next request (one page is at most a quarter of the byte budget, so it usually fits).
 """
 
 from __future__ import annotations
@@ -29,8 +31,17 @@ from contextkit.policy._common import (
     structure_preserving,
     with_suffix,
 )
+from contextkit.policy.archive_index import split_index
 
 Measure = Callable[[Sequence[Message]], int]
+
+
+def unread_recalls(history: Sequence[Message]) -> set[int]:
+    """Recall results the model has not answered yet (after the last assistant message): they were
+    fetched for the next request, so cutting or stubbing them before anything else would only make
+    the model recall them again (or give up); once it has read them they age out like any other."""
+    last = max((i for i, m in enumerate(history) if m.role == "assistant"), default=-1)
+    return {i for i, m in enumerate(history) if i > last and m.is_recall}
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,7 @@ def shrink_to_budget(
 
     found = newest_request_index(history)
     newest = -1 if found is None else found
+    unread = unread_recalls(history)
 
     def shrinkable(i: int, m: Message) -> bool:
         return m.role != "system" and not m.preserve_verbatim and i not in exhausted and i != newest
@@ -100,25 +112,29 @@ def shrink_to_budget(
         exhausted.clear()
         while total > budget:
             pool = [
-                (i > newest, len(m.content), i)  # older messages first, then the current chain
+                # older messages first, then the current chain, recall results the model has not read last
+                (i > newest, i in unread, len(m.content), i)
                 for i, m in enumerate(out)
                 if shrinkable(i, m) and (len(m.content) > floor_chars if stage == 1 else i not in stubbed)
             ]
             if not pool:
                 break
-            older = [p for p in pool if not p[0]]
-            _, _, i = max(older or pool)
+            first = min(p[:2] for p in pool)
+            _, _, _, i = max(p for p in pool if p[:2] == first)
             m = out[i]
             keys = cite(i)
             if keys is None:
                 exhausted.add(i)
                 continue
             body, _ = split_suffix(history[i].content)
+            body, index = split_index(body)  # a summary's index of archived originals is kept whole
             if stage == 1:
-                target = max(floor_chars, len(m.content) - (total - budget) - 96) - len(recall_suffix(keys))
-                new = with_suffix(structure_preserving(body, target), keys)
+                target = (
+                    max(floor_chars, len(m.content) - (total - budget) - 96) - len(recall_suffix(keys)) - len(index)
+                )
+                new = with_suffix(structure_preserving(body, target) + index, keys)
             else:
-                new = with_suffix(pointer_stub(m, len(body)), keys)
+                new = with_suffix(pointer_stub(m, len(body)) + index, keys)
                 stubbed.add(i)
             if len(new) >= len(m.content):
                 exhausted.add(i)
@@ -175,7 +191,8 @@ def cap_verbatim(
     out = list(history)
     keys: list[str] = []
     downgraded = 0
-    for i, share in shares.items():
+    unread = unread_recalls(history)
+    for i, share in sorted(shares.items(), key=lambda item: item[0] in unread):  # unread recalls last
         if pinned <= limit:
             break
         m = history[i]

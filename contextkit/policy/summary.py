@@ -26,6 +26,7 @@ from contextkit.markers import ArchiveSink, extract_keys, marker
 from contextkit.messages import Message, ToolCall, newest_request_index, render_transcript
 from contextkit.policy import ledger as ids
 from contextkit.policy._common import tool_result_as_user
+from contextkit.policy.archive_index import index_block
 from contextkit.policy.gate import MARKER_TEXT_RE
 from contextkit.policy.gate import passes_gate as passes_gate  # re-exported: the gate of Level 2
 from contextkit.policy.gate import retry_emphasis as retry_emphasis
@@ -319,7 +320,9 @@ def summary_message(
     else:
         header = SUMMARY_HEADER.format(n=plan.count)
     note = RECALL_NOTE.format(marker=marker(segment_key)) if segment_key else ""
-    return Message.user(header + summary_text.strip() + note, is_summary=True, summary_of=plan.count)
+    # the originals the segment's stubs cite stay one recall away (no marker chains)
+    index = index_block(plan.segment)
+    return Message.user(header + summary_text.strip() + note + index, is_summary=True, summary_of=plan.count)
 
 
 def apply_summary(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from contextkit.markers import ArchiveSink, marker, recall_suffix
 from contextkit.messages import Message, newest_request_index, render_transcript
 from contextkit.policy._common import cap_end_preserving, tool_result_as_user
+from contextkit.policy.archive_index import index_block
 from contextkit.policy.pairing import PairingReport, repair_tool_pairing
 
 RECOVERY_NOTICE = (
@@ -86,7 +87,12 @@ def emergency_truncate(
         if segment_key is None:  # never drop what could not be archived
             return list(history), TruncateReport(kept=len(rest))
         keys.append(segment_key)
-        text = truncation_notice(len(removed), segment_key) if kept else RECOVERY_NOTICE + recall_suffix([segment_key])
+        # the originals the dropped stubs cite stay one recall away (no marker chains)
+        index = index_block(removed)
+        if kept:
+            text = truncation_notice(len(removed), segment_key) + index
+        else:
+            text = RECOVERY_NOTICE + index + recall_suffix([segment_key])
         notice = Message.user(text, is_summary=True, summary_of=len(removed))
         out = [*systems, notice, *(tool_result_as_user(m) for m in verbatim), *kept]
     else:

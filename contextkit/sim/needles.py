@@ -11,8 +11,9 @@ The scripted model (``needle_reply``) answers *only from the request it received
 1. the fact (``cue`` followed by a value) is in some message of the request → ``Answer n2: 48213``;
 2. else, when a retrieval tool is offered (contextkit's ``recall`` for ``<<ccr:KEY>>`` markers,
    headroom's ``headroom_retrieve`` for ``hash=KEY`` markers) and a marker is present that it has not
-   yet expanded for this question → it calls the tool (markers in results of the question's tool
-   first, newest first; at most ``MAX_RECALLS`` calls per question, following "next page" hints);
+   yet expanded for this question → it calls the tool (markers next to the file the question names
+   first, then markers in results of the question's tool or on an index line that names that tool's
+   call; newest first; at most ``MAX_RECALLS`` calls per question, following "next page" hints);
 3. else → ``Answer n2: unknown``.
 
 The question's own message (and every other question) is never searched, and answers do not
@@ -92,7 +93,8 @@ class Needle:
             "line": f"what value does {self.path} set for {self.cue.rstrip(' =')}",
             "error": f"which error code did the log report for {' '.join(self.cue.split()[:2])}",
         }[self.kind]
-        spec = json.dumps({"cue": self.cue, "tool": self.tool})
+        where = {"path": self.path} if self.path else {}  # the question names the file: so may the model
+        spec = json.dumps({"cue": self.cue, "tool": self.tool, **where})
         return f"Question {self.id}: {what}? Answer from the tool outputs. [[needle:{self.id} {spec}]]"
 
     def correct(self, reply: str) -> bool:
@@ -239,6 +241,8 @@ def needle_reply(conv: Conversation, call_id: str) -> Reply | None:
             args["start_line"] = int(page[-1])
             return Reply("Reading the next page.", (SimCall(call_id, prev[0], json.dumps(args)),), "tool_calls")
     tried = {(name, str(args.get(RETRIEVERS[name][1]))) for name, args in done}
+    path = str(spec.get("path") or "")
+    best: list[tuple[str, str]] = []  # markers next to the file the question names
     preferred: list[tuple[str, str]] = []
     others: list[tuple[str, str]] = []
     for m in reversed(conv.messages):
@@ -247,14 +251,18 @@ def needle_reply(conv: Conversation, call_id: str) -> Reply | None:
         source = names.get(m.tool_call_id or "") if m.role == "tool" else None
         if source in RETRIEVERS:
             continue  # recalled content is searched above; its markers point at what was already recalled
-        for tool in offered:
-            regex, _, form = RETRIEVERS[tool]
-            for key in reversed(regex.findall(m.text)):
-                arg = form.format(key)
-                if (tool, arg) in tried or (tool, arg) in preferred or (tool, arg) in others:
-                    continue
-                (preferred if source == spec.get("tool") else others).append((tool, arg))
-    candidates = preferred + others
+        for line in reversed(m.text.split("\n")):
+            # a marker in a result of the question's tool, or on an index line naming that tool
+            named = source == spec.get("tool") or (source is None and f"{spec.get('tool')}(" in line)
+            for tool in offered:
+                regex, _, form = RETRIEVERS[tool]
+                for key in reversed(regex.findall(line)):
+                    arg = form.format(key)
+                    if (tool, arg) in tried or any((tool, arg) in tier for tier in (best, preferred, others)):
+                        continue
+                    tier = best if named and path and path in (line if source is None else m.text) else None
+                    (tier if tier is not None else preferred if named else others).append((tool, arg))
+    candidates = best + preferred + others
     if not candidates:
         return Reply(f"Answer {nid}: {UNKNOWN}")
     tool, arg = candidates[0]
