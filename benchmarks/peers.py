@@ -5,7 +5,9 @@ Cells: gateway cap none / 128 KB / 1 MB (JSON 413, Cloudflare-style 403, dropped
 window 32k / 200k tokens. The standard cell (128 KB Cloudflare-style gateway, 32k window) runs
 ``--standard-seeds`` seeded 40-turn agent sessions per strategy, the others ``--other-seeds``. Every
 run starts its own simulator; Dask runs the grid (a ``LocalCluster`` of ``--workers`` processes, or
-the ``distributed`` scheduler at ``--scheduler``). Results go to Parquet.
+the ``distributed`` scheduler at ``--scheduler``). Results go to Parquet, rewritten after every
+finished run (a partial grid is usable); a run stops at the first turn after ``--max-wall`` seconds
+and its row says ``timeout``.
 
 Prints per cell and strategy: completion rate, needle accuracy (mean and min-max across seeds),
 rejected requests per session, prompt tokens, cost per session priced as a named real model,
@@ -81,8 +83,9 @@ def report(results: pl.DataFrame, started: float | None = None) -> None:
     print(
         f"\npeer arena: {results.height} runs; needles = share of needle questions answered with the planted fact "
         "(a question never reached counts as wrong);\n"
-        f"$/session = accepted prompt tokens priced as {PRICE_AS} from litellm's local cost map "
-        "(plain input price: the simulator reports no cached tokens on this branch, so no cache discount);\n"
+        f"$/session = every accepted request (turns and summaries) priced as {PRICE_AS} by backend.request_cost "
+        "(litellm's local cost map: input, cached-input and output prices, from the tokens the simulator's "
+        "prompt cache billed);\n"
         "every peer is told the window, none is told the gateway's byte cap\n"
     )
     print(format_arena(summary))
@@ -112,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cells", default=None, help="comma-separated cell names (default: the whole grid)")
     parser.add_argument("--workers", type=int, default=2, help="LocalCluster worker processes")
     parser.add_argument("--scheduler", default=None, help="address of a running dask.distributed scheduler")
-    parser.add_argument("--out", default="results/peers.parquet")
+    parser.add_argument("--out", default="results/peers.parquet", help="rewritten after every finished run")
+    parser.add_argument("--max-wall", type=float, default=900.0, help="a run's wall-time budget in s ('timeout' after)")
     parser.add_argument("--load", default=None, help="print the table of a saved results file and exit")
     args = parser.parse_args(argv)
     if args.load:
@@ -127,12 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         gateways = [g for g in gateways if g.name in wanted]
     specs = grid_specs(
         args.strategies.split(","), standard_seeds=args.standard_seeds, other_seeds=args.other_seeds,
-        turns=args.turns, other_turns=args.other_turns, gateways=gateways,
+        turns=args.turns, other_turns=args.other_turns, gateways=gateways, max_wall_s=args.max_wall,
     )  # fmt: skip
     started = time.perf_counter()
     executor, client, cluster = _executor(args)
     try:
-        results = run_specs(specs, executor=executor)  # type: ignore[arg-type]
+        results = run_specs(specs, executor=executor, checkpoint=args.out)  # type: ignore[arg-type]
     finally:
         for closable in (client, cluster):
             if closable is not None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import polars as pl
 import pytest
 
-from contextkit.experiments import GatewaySpec, RunSpec, run_one
+from contextkit.experiments import GatewaySpec, RunSpec, Workload, run_one
 from contextkit.experiments.arena import (
     ARENA_STRATEGIES,
     STANDARD_CELL,
@@ -106,6 +109,7 @@ def test_the_grid_has_a_cell_per_cap_rejection_and_window_and_more_seeds_in_the_
 def _row(strategy: str, completed: bool, needles: float, cost: float, note: str | None = None) -> dict[str, object]:
     return {
         "gateway": STANDARD_CELL, "strategy": strategy, "completed": completed, "needle_accuracy": needles,
+        "outcome": "unavailable" if note == "unavailable" else "completed" if completed else "failed",
         "rejected": 0 if completed else 1, "tokens_sent": 1000, "cost": cost, "summarizer_calls": 0,
         "wall_s": 1.0, "context_window": 32_000, "max_body": 131_072, "note": note,
         "error": "not run: missing" if note == "unavailable" else None,
@@ -125,3 +129,63 @@ def test_the_verdict_names_the_winners_and_says_when_a_strategy_does_not_win() -
     assert "needles: langchain-summarization (65%)" in said and "cost among completers: sliding-window" in said
     table = format_arena(summary)
     assert "60% (50%-70%)" in table and "not run: missing" in table and "verdict:" in table
+
+
+def test_cost_is_the_real_models_price_of_the_wire_log_and_matches_the_sessions_own_accounting() -> None:
+    """The arena prices the simulator's request log (turns and summaries, with the tokens its prompt
+    cache billed) as PRICE_AS; contextkit's Session(price_as=PRICE_AS) prices its own requests from
+    litellm's usage objects. The two must agree, and caching must make the bill smaller."""
+    from contextkit import backend
+    from contextkit.experiments.runner import PRICE_AS
+
+    tight = GatewaySpec("tight", context_window=8_000, max_body=None)
+    row = run_one(RunSpec("contextkit", tight, 0, 10, target_bytes=4_000, keep_events=True))
+    assert row["summarizer_calls"] >= 1 and row["cached_tokens"] > 0
+    own = sum(e.get("cost") or 0.0 for e in row["events"] if e.get("type") == "request" and e.get("outcome") == "ok")
+    assert row["cost"] == pytest.approx(own + row["summarizer_cost"], rel=1e-9)
+    uncached = backend.request_cost(PRICE_AS, prompt_tokens=row["tokens_sent"], completion_tokens=0)
+    assert 0 < row["cost"] < uncached  # cached tokens at the cached-input price
+
+
+def _counting_clock(step: float = 1.0) -> Callable[[], float]:
+    ticks = iter(range(10**6))
+    return lambda: next(ticks) * step
+
+
+@pytest.mark.parametrize("strategy", ["contextkit", "sliding-window"])
+def test_a_run_past_its_wall_time_budget_stops_at_the_next_turn_and_says_timeout(strategy: str) -> None:
+    """A clock that advances one unit per turn and a deadline of 2.5: turns 1-3 run, turn 4 does not."""
+    from contextkit.experiments.registry import run_strategy
+    from contextkit.experiments.runner import _outcome
+    from contextkit.sim import GatewaySimulator
+
+    w = Workload(0, 8, target_bytes=4_000, deadline=2.5, clock=_counting_clock())
+    with GatewaySimulator(context_window=ROOMY.context_window) as sim:
+        run = run_strategy(strategy, w, ROOMY, sim, "t")
+    assert run.turns_completed == 3 and run.error is not None and run.error.startswith("timeout:")
+    assert sorted(run.replies) == [0, 1, 2]
+    assert _outcome(run, RunSpec(strategy, ROOMY, 0, 8)) == "timeout"
+
+
+def test_the_grid_is_written_after_every_finished_run(tmp_path: Path) -> None:
+    """An interrupted grid leaves a usable Parquet file: the checkpoint holds every run finished so far."""
+    from contextkit.experiments.runner import run_specs
+
+    path = tmp_path / "grid.parquet"
+    seen: list[int] = []
+
+    class Peek:  # a progress bar (tqdm's interface) that reads the checkpoint at every finished run
+        def update(self, n: int = 1) -> None:
+            seen.append(pl.read_parquet(path).height)
+
+        def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    specs = [RunSpec(s, ROOMY, 0, 3, target_bytes=4_000) for s in ("none", "sliding-window", "forget-all")]
+    with cf.ThreadPoolExecutor(max_workers=1) as pool:
+        frame = run_specs(specs, executor=pool, progress=Peek(), checkpoint=path)
+    assert seen == [1, 2, 3]
+    assert pl.read_parquet(path).equals(frame) and set(frame["outcome"]) == {"completed"}

@@ -68,19 +68,22 @@ def grid_specs(
     turns: int = 40,
     other_turns: int | None = None,
     gateways: Sequence[GatewaySpec] | None = None,
+    max_wall_s: float | None = None,
 ) -> list[RunSpec]:
-    """Runs of the grid: ``standard_seeds`` in the standard cell, ``other_seeds`` elsewhere."""
+    """Runs of the grid: ``standard_seeds`` in the standard cell, ``other_seeds`` elsewhere; each run
+    stops at the first turn after ``max_wall_s`` seconds (its row says ``timeout``)."""
     out = []
     for gw in gateways if gateways is not None else cells():
         standard = gw.name == STANDARD_CELL
         seeds = standard_seeds if standard else other_seeds
         n = turns if standard or other_turns is None else other_turns
-        out += [RunSpec(s, gw, seed, n) for seed in range(seeds) for s in strategies]
+        out += [RunSpec(s, gw, seed, n, max_wall_s=max_wall_s) for seed in range(seeds) for s in strategies]
     return out
 
 
 def summarize_arena(results: pl.DataFrame) -> pl.DataFrame:
-    """One row per (cell, strategy): runs, completion rate, needle accuracy (mean and its spread
+    """One row per (cell, strategy): runs, completion rate, runs stopped by their wall-time budget
+    (``timeouts``), needle accuracy (mean and its spread
     across seeds: min and max), rejected requests per session, prompt tokens, cost and summarizer
     calls per session, wall time per session; ``status`` says why a peer did not run."""
     import polars as pl
@@ -90,6 +93,7 @@ def summarize_arena(results: pl.DataFrame) -> pl.DataFrame:
         .agg(
             pl.len().alias("runs"),
             pl.col("completed").cast(pl.Float64).mean().alias("completion"),
+            (pl.col("outcome") == "timeout").sum().alias("timeouts"),
             pl.col("needle_accuracy").mean().alias("needles"),
             pl.col("needle_accuracy").min().alias("needles_min"),
             pl.col("needle_accuracy").max().alias("needles_max"),
@@ -167,8 +171,9 @@ def format_arena(summary: pl.DataFrame, *, standard_first: bool = True) -> str:
                 lines.append((r["strategy"], str(r["runs"]), "not run: " + r["status"]))
                 continue
             spread = "-" if r["needles"] is None else f"{r['needles']:.0%} ({r['needles_min']:.0%}-{r['needles_max']:.0%})"
+            complete = _pct(r["completion"]) + (f" ({r['timeouts']} timed out)" if r.get("timeouts") else "")
             lines.append((
-                r["strategy"], str(r["runs"]), _pct(r["completion"]), spread, f"{r['rejected']:.2f}",
+                r["strategy"], str(r["runs"]), complete, spread, f"{r['rejected']:.2f}",
                 f"{r['prompt_tokens']:,.0f}", f"{r['cost']:.3f}", f"{r['summaries']:.1f}", f"{r['wall_s']:.1f}",
             ))  # fmt: skip
         full = [row for row in lines if len(row) == len(headers)]

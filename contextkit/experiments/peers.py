@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from contextkit.experiments.strategies import MAX_TOOL_ROUNDS, REQUEST_TIMEOUT, StrategyRun, _share_in, _text
-from contextkit.experiments.workload import SYSTEM_PROMPT, GatewaySpec, Workload
+from contextkit.experiments.workload import SYSTEM_PROMPT, GatewaySpec, RunTimeout, Workload
 
 __all__ = ["PEERS", "PEER_PACKAGES", "TRIGGER_FRACTION", "peer_status", "run_peer"]
 
@@ -157,8 +157,13 @@ def _langchain(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any) -> 
     replies: dict[int, str] = {}
     for turn in range(workload.turns):
         try:
+            text = workload.user_message(turn)
+        except RunTimeout as exc:
+            return StrategyRun(turn, str(exc), [], replies=replies, note=note,
+                               recoverable=_share_in(workload.outputs, _lc_text(messages)))  # fmt: skip
+        try:
             state = agent.invoke(
-                {"messages": [*messages, HumanMessage(workload.user_message(turn))]},
+                {"messages": [*messages, HumanMessage(text)]},
                 {"recursion_limit": 2 * MAX_TOOL_ROUNDS + 1},
             )
         except Exception as exc:  # noqa: BLE001 - whatever the library raises ends the user's agent run
@@ -194,7 +199,11 @@ def _loop(
     replies: dict[int, str] = {}
     sent = history
     for turn in range(workload.turns):
-        history.append({"role": "user", "content": workload.user_message(turn)})
+        try:
+            history.append({"role": "user", "content": workload.user_message(turn)})
+        except RunTimeout as exc:
+            return StrategyRun(turn, str(exc), [], replies=replies, note=note,
+                               recoverable=_share_in(workload.outputs, _text(sent)))  # fmt: skip
         for _ in range(MAX_TOOL_ROUNDS):
             try:
                 sent = shape(history)

@@ -14,8 +14,10 @@ body that repeats the previous one byte for byte (``contextkit.prefix``). ``need
 the share of the workload's needle questions answered with the planted fact (a question never
 reached counts as wrong; ``needle_recalls`` of the correct ones needed a retrieval call).
 ``recoverable`` is the share of all tool outputs that are still in the final context or
-recallable from it (recursive marker expansion). ``cost`` prices the accepted prompt tokens as
-``PRICE_AS`` (cached tokens at its cached-input price when the simulator reports them).
+recallable from it (reachable through markers). ``cost`` prices every accepted request of the log
+(turns and summaries, contextkit's and the peers' alike) as ``PRICE_AS``, a real model, with
+``backend.request_cost``: its input, cached-input, cache-write and output prices from litellm's cost
+map, applied to the tokens the simulator's prompt cache billed.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from contextkit.experiments.progress import make_progress
 from contextkit.experiments.registry import BASELINES, STRATEGIES, run_strategy
+from contextkit.experiments.strategies import PRICE_AS
 from contextkit.experiments.workload import GatewaySpec, Workload
 
 if TYPE_CHECKING:
@@ -49,7 +52,6 @@ __all__ = [
     "save_results",
 ]
 
-PRICE_AS = "gpt-4.1"  # a real model with automatic prompt caching; litellm's local cost map prices it
 
 _AGGREGATE_PHASES = ("start", "done")
 
@@ -64,6 +66,7 @@ class RunSpec:
     turns: int
     target_bytes: int = 40_000
     keep_events: bool = False
+    max_wall_s: float | None = None  # the run's wall-time budget: no turn starts after it ("timeout")
 
     @property
     def run_id(self) -> str:
@@ -80,6 +83,7 @@ RESULTS_COLUMNS: dict[str, str] = {
     "seed": "i64",
     "turns": "i64",
     "completed": "bool",
+    "outcome": "str",
     "turns_completed": "i64",
     "requests": "i64",
     "rejected": "i64",
@@ -154,19 +158,23 @@ def _warm_up(strategy: str) -> None:
 
 
 def price(records: list[Any], model: str = PRICE_AS) -> tuple[int, float]:
-    """(cached prompt tokens, dollars) for the accepted requests in ``records``, priced as ``model``
-    from litellm's local cost map: cached tokens (``cached_tokens`` on a record, when the simulator
-    reports them) at the cached-input price, the rest at the input price. Replies are a few tokens
-    and are not priced."""
+    """(cached prompt tokens, dollars) of the accepted requests in ``records`` (turns and summaries
+    alike), each priced as ``model`` by ``backend.request_cost``: litellm's cost map with its cache
+    prices, from the tokens the simulator billed (prompt, cached, cache-written and completion)."""
     from contextkit import backend
 
-    info = backend.litellm().model_cost.get(model) or {}
-    full = float(info.get("input_cost_per_token") or 0.0)
-    cached_price = float(info.get("cache_read_input_token_cost") or full)
     accepted = [r for r in records if r.accepted]
-    cached = sum(int(getattr(r, "cached_tokens", 0) or 0) for r in accepted)
-    total = sum(r.tokens for r in accepted)
-    return cached, (total - cached) * full + cached * cached_price
+    cost = sum(
+        backend.request_cost(
+            model,
+            prompt_tokens=r.tokens,
+            completion_tokens=int(getattr(r, "completion_tokens", 0) or 0),
+            cached_tokens=int(getattr(r, "cached_tokens", 0) or 0),
+            cache_write_tokens=int(getattr(r, "cache_write_tokens", 0) or 0),
+        )
+        for r in accepted
+    )
+    return sum(int(getattr(r, "cached_tokens", 0) or 0) for r in accepted), cost
 
 
 def run_one(spec: RunSpec) -> dict[str, Any]:
@@ -182,9 +190,10 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     if spec.strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {spec.strategy!r}; use one of {', '.join(STRATEGIES)}")
     gw = spec.gateway
-    workload = Workload(spec.seed, spec.turns, target_bytes=spec.target_bytes)
     _warm_up(spec.strategy)
     started = time.perf_counter()
+    deadline = None if spec.max_wall_s is None else time.monotonic() + spec.max_wall_s
+    workload = Workload(spec.seed, spec.turns, target_bytes=spec.target_bytes, deadline=deadline)
     with GatewaySimulator(record_bodies=True, **gw.simulator_kwargs()) as sim:
         run = run_strategy(spec.strategy, workload, gw, sim, spec.run_id)
         wall = time.perf_counter() - started
@@ -207,6 +216,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
         "seed": spec.seed,
         "turns": spec.turns,
         "completed": run.error is None and run.turns_completed == spec.turns,
+        "outcome": _outcome(run, spec),
         "turns_completed": run.turns_completed,
         "requests": len(records),
         "rejected": len(records) - len(accepted),
@@ -239,12 +249,23 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     return row
 
 
+def _outcome(run: Any, spec: RunSpec) -> str:
+    """completed | failed (a request or the strategy failed) | timeout (the wall-time budget ran out)
+    | unavailable (a peer that cannot run here)."""
+    if run.note == "unavailable":
+        return "unavailable"
+    if run.error is None and run.turns_completed == spec.turns:
+        return "completed"
+    return "timeout" if (run.error or "").startswith("timeout:") else "failed"
+
+
 def crash_row(spec: RunSpec, exc: BaseException) -> dict[str, Any]:
     """The row of a run that raised (a bug or a broken worker): not completed, ``error`` says why."""
     row: dict[str, Any] = dict.fromkeys(RESULTS_COLUMNS)
     row.update(
         run_id=spec.run_id, strategy=spec.strategy, gateway=spec.gateway.name, context_window=spec.gateway.context_window,
-        reject_with=spec.gateway.reject_with, seed=spec.seed, turns=spec.turns, completed=False, turns_completed=0,
+        reject_with=spec.gateway.reject_with, seed=spec.seed, turns=spec.turns, completed=False, outcome="crashed",
+        turns_completed=0,
         error=f"crashed: {type(exc).__name__}: {exc}"[:2000],
     )  # fmt: skip
     return row
@@ -306,11 +327,11 @@ def run_specs(
     executor: cf.Executor | None = None,
     progress: bool | Any = True,
     events: list[dict[str, Any]] | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
 ) -> pl.DataFrame:
     """Run the given runs (any mix of strategies, gateways, seeds and turns) like ``run_sweep``;
-    rows in the order of ``specs``."""
-    import polars as pl
-
+    rows in the order of ``specs``. ``checkpoint``: a ``.parquet`` path rewritten (atomically) with
+    every run finished so far, so an interrupted or stalled grid still leaves usable results."""
     owned = executor is None
     pool = default_executor() if executor is None else executor
     bar = make_progress(len(specs), progress)
@@ -328,6 +349,8 @@ def run_specs(
                 ) from exc
             except Exception as exc:  # noqa: BLE001 - one crashed run must not lose the whole sweep
                 rows[i] = crash_row(specs[i], exc)
+            if checkpoint is not None:
+                save_results(_frame([rows[j] for j in sorted(rows)]), checkpoint)
             bar.set_postfix_str(specs[i].run_id, refresh=False)
             bar.update(1)
     finally:
@@ -338,16 +361,25 @@ def run_specs(
     if events is not None:
         for row in ordered:
             events.extend(row.pop("events", []))
-    return pl.DataFrame([{k: row.get(k) for k in RESULTS_COLUMNS} for row in ordered], schema=results_schema())
+    return _frame(ordered)
+
+
+def _frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    import polars as pl
+
+    return pl.DataFrame([{k: row.get(k) for k in RESULTS_COLUMNS} for row in rows], schema=results_schema())
 
 
 def save_results(df: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
-    """Write a sweep frame to Parquet (parent folders created); returns the path."""
+    """Write a sweep frame to Parquet (parent folders created; written to a temporary file first and
+    renamed, so a reader never sees half a file); returns the path."""
     target = Path(path)
     if target.suffix != ".parquet":
         raise ValueError(f"save_results writes Parquet; give a path ending in .parquet, got {str(target)!r}")
     target.parent.mkdir(parents=True, exist_ok=True)
-    df.write_parquet(target)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    df.write_parquet(partial)
+    os.replace(partial, target)
     return target
 
 

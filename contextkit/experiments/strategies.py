@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextkit.events import Event, EventLog, RequestEvent
-from contextkit.experiments.workload import SYSTEM_PROMPT, GatewaySpec, Workload
+from contextkit.experiments.workload import SYSTEM_PROMPT, GatewaySpec, RunTimeout, Workload
 
 __all__ = [
     "BASELINES",
@@ -49,6 +49,7 @@ __all__ = [
     "sliding_window",
 ]
 
+PRICE_AS = "gpt-4.1"  # a real model with automatic prompt caching; litellm's local cost map prices it
 SLIDING_WINDOW_MESSAGES = 8
 TRIM_RATIO = 0.75
 REQUEST_TIMEOUT = 30.0
@@ -176,7 +177,10 @@ def _baseline(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_
         return StrategyRun(turn, error, list(log), recoverable=_share_in(workload.outputs, _text(sent)), replies=replies)
 
     for turn in range(workload.turns):
-        history.append({"role": "user", "content": workload.user_message(turn)})
+        try:
+            history.append({"role": "user", "content": workload.user_message(turn)})
+        except RunTimeout as exc:
+            return stopped(turn, str(exc))
         for _ in range(MAX_TOOL_ROUNDS):
             try:
                 sent = shape(history)
@@ -251,7 +255,7 @@ def _contextkit(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, ru
     session = Session(
         kwargs.pop("model"), system=SYSTEM_PROMPT, limits=Limits(**limits), archive=archive,
         tools=workload.session_tools(), session_id=run_id, status=False, on_flush=None,
-        cache_breakpoints=False if strategy == "contextkit-always-on" else None, **kwargs,
+        cache_breakpoints=False if strategy == "contextkit-always-on" else None, price_as=PRICE_AS, **kwargs,
     )  # fmt: skip
     error: str | None = None
     done = 0
@@ -260,6 +264,9 @@ def _contextkit(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, ru
         for turn in range(workload.turns):
             try:
                 replies[turn] = session.send(workload.user_message(turn)).text
+            except RunTimeout as exc:
+                error = str(exc)
+                break
             except ContextkitError as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 break

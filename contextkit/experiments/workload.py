@@ -16,6 +16,7 @@ says which questions were answered with the planted value: a task metric that ca
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from contextkit.sim import TOOL_SCHEMAS, Workspace, agent_steps
 from contextkit.sim.needles import NEEDLE_KINDS, Needle, make_needle, plant
 
-__all__ = ["NEEDLE_GAP", "SYSTEM_PROMPT", "GatewaySpec", "NeedleScore", "Workload"]
+__all__ = ["NEEDLE_GAP", "SYSTEM_PROMPT", "GatewaySpec", "NeedleScore", "RunTimeout", "Workload"]
 
 NEEDLE_GAP = 6  # a needle is asked this many turns after it was planted (and again at the end)
 
@@ -61,6 +62,11 @@ class NeedleScore:
         return self.correct / self.planned if self.planned else None
 
 
+class RunTimeout(Exception):
+    """A run used up its wall-time budget (``Workload.deadline``): it stops at the next turn and its
+    row says ``timeout``, so one slow run cannot stall a grid."""
+
+
 @dataclass
 class Workload:
     """One seeded agent session: the user turns, the tools, the needles, the record of tool outputs."""
@@ -70,6 +76,8 @@ class Workload:
     target_bytes: int = 40_000
     needles_wanted: int | None = None  # default: one per five turns, at most four
     outputs: list[str] = field(default_factory=list)  # every tool output handed to the model, in order
+    deadline: float | None = None  # on ``clock``: no turn starts after it (RunTimeout)
+    clock: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
         if self.turns < 1:
@@ -113,7 +121,10 @@ class Workload:
 
     def user_message(self, turn: int) -> str:
         """The user text of turn ``turn`` (0-based): a request plus the simulator's tool directive,
-        or a needle question. Also marks ``turn`` as the current one (for planting)."""
+        or a needle question. Also marks ``turn`` as the current one (for planting). Raises
+        ``RunTimeout`` when the run's deadline has passed: every strategy asks for each turn here."""
+        if self.deadline is not None and self.clock() > self.deadline:
+            raise RunTimeout(f"timeout: the run's wall-time budget ran out before turn {turn + 1}/{self.turns}")
         self.current_turn = turn
         if turn in self.questions:
             return f"Turn {turn + 1}/{self.turns}: {self.questions[turn].question()}"
