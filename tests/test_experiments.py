@@ -29,7 +29,7 @@ from contextkit.experiments import (
 from contextkit.experiments.progress import make_progress
 
 STRATEGIES = CONTEXTKIT_STRATEGIES + BASELINES  # the peers have their own tests (test_peers.py)
-TURNS = 4
+TURNS = 5  # four tool turns (20-60 KB outputs) and the needle question
 SEEDS = (0, 1)
 # what must not depend on where a run executes (everything but timings)
 DETERMINISTIC = [

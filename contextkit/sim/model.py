@@ -196,9 +196,12 @@ class ScriptedModel:
     def reply(self, conv: Conversation) -> Reply:
         if conv.is_summary:
             return Reply(extractive_summary(conv.last_user.text if conv.last_user else ""))
-        answer = needle_reply(conv, f"call_{_short_hash(conv, 'needle')}")
+        answer = needle_reply(conv)
         if answer is not None:
-            return answer
+            if answer.call is None:
+                return Reply(answer.text)
+            call = SimCall(f"call_{_short_hash(conv, 'needle')}", *answer.call)
+            return Reply(answer.text, (call,), "tool_calls")
         last = conv.messages[-1] if conv.messages else None
         if last is not None and last.role == "user":
             directive = self._directive_reply(conv, last)

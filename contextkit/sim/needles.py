@@ -28,15 +28,18 @@ import json
 import random
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from contextkit.sim.model import Conversation, Reply
+# the scripted model's request view (``sim.model.Conversation``): messages with role, text,
+# tool_calls, tool_call_id, and the names of the tools offered; typed loosely so this module does
+# not import the model that imports it
+Conversation = Any
 
 __all__ = [
     "MAX_RECALLS",
     "NEEDLE_KINDS",
     "Needle",
+    "NeedleAnswer",
     "answer_of",
     "make_needle",
     "needle_reply",
@@ -207,17 +210,23 @@ def _retrieval_calls(conv: Conversation, since: int) -> list[tuple[str, dict[str
     return out
 
 
-def needle_reply(conv: Conversation, call_id: str) -> Reply | None:
-    """The scripted model's reply to an open needle question; None when no question is open."""
-    from contextkit.sim.model import Reply, SimCall
+@dataclass(frozen=True)
+class NeedleAnswer:
+    """The scripted model's move on a needle question: a final answer, or one retrieval call."""
 
+    text: str
+    call: tuple[str, str] | None = None  # (tool name, JSON arguments)
+
+
+def needle_reply(conv: Conversation) -> NeedleAnswer | None:
+    """The scripted model's reply to an open needle question; None when no question is open."""
     pending = _pending_question(conv)
     if pending is None:
         return None
     qidx, nid, spec = pending
     cue = str(spec.get("cue") or "")
     if not cue:
-        return Reply(f"Answer {nid}: {UNKNOWN}")
+        return NeedleAnswer(f"Answer {nid}: {UNKNOWN}")
     pattern = _value_pattern(cue)
     names = _tool_names(conv)
     for m in conv.messages:
@@ -226,11 +235,11 @@ def needle_reply(conv: Conversation, call_id: str) -> Reply | None:
         hit = pattern.search(m.text)
         if hit:
             recalled = m.role == "tool" and names.get(m.tool_call_id or "") in RETRIEVERS
-            return Reply(f"Answer {nid}: {hit.group(1)}" + (" (from recalled content)" if recalled else ""))
+            return NeedleAnswer(f"Answer {nid}: {hit.group(1)}" + (" (from recalled content)" if recalled else ""))
     offered = [name for name in RETRIEVERS if name in conv.tools]
     done = _retrieval_calls(conv, qidx)
     if not offered or len(done) >= MAX_RECALLS:
-        return Reply(f"Answer {nid}: {UNKNOWN}")
+        return NeedleAnswer(f"Answer {nid}: {UNKNOWN}")
     # a recall result that says how to get its next page: follow it first
     last = conv.messages[-1]
     if last.role == "tool" and names.get(last.tool_call_id or "") in RETRIEVERS:
@@ -239,7 +248,7 @@ def needle_reply(conv: Conversation, call_id: str) -> Reply | None:
         if page and prev is not None:
             args = dict(prev[1])
             args["start_line"] = int(page[-1])
-            return Reply("Reading the next page.", (SimCall(call_id, prev[0], json.dumps(args)),), "tool_calls")
+            return NeedleAnswer("Reading the next page.", (prev[0], json.dumps(args)))
     tried = {(name, str(args.get(RETRIEVERS[name][1]))) for name, args in done}
     path = str(spec.get("path") or "")
     best: list[tuple[str, str]] = []  # markers next to the file the question names
@@ -264,7 +273,6 @@ def needle_reply(conv: Conversation, call_id: str) -> Reply | None:
                     (tier if tier is not None else preferred if named else others).append((tool, arg))
     candidates = best + preferred + others
     if not candidates:
-        return Reply(f"Answer {nid}: {UNKNOWN}")
+        return NeedleAnswer(f"Answer {nid}: {UNKNOWN}")
     tool, arg = candidates[0]
-    call = SimCall(call_id, tool, json.dumps({RETRIEVERS[tool][1]: arg}))
-    return Reply(f"Looking up {arg} for question {nid}.", (call,), "tool_calls")
+    return NeedleAnswer(f"Looking up {arg} for question {nid}.", (tool, json.dumps({RETRIEVERS[tool][1]: arg})))
