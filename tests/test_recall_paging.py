@@ -316,3 +316,20 @@ def test_a_streamed_model_recall_round_is_a_round_for_the_reader(gw: GatewaySimu
     assert round_.text.startswith(asked) and round_.reason == "@recall"
     assert shown == round_.text + "\n" + stream.reply.text
     assert "no archived content for 0000000000000000" in s.history[-2].content
+
+
+def test_a_query_returns_only_the_numbered_lines_that_hold_all_its_words() -> None:
+    """A search inside archived originals: one call instead of reading a long log page by page."""
+    log = "\n".join(f"row {i} ok" for i in range(5_000)) + "\njob 77 failed with error code E4242\ntail"
+    other = "\n".join(f"other {i}" for i in range(300))
+    store = DictStore({key_for(log): log, key_for(other): other})
+    both = f"{marker(key_for(log))} {marker(key_for(other))}"
+    result = recall(store, json.dumps({"key": both, "query": "JOB 77 failed"}), max_bytes=8_000)
+    assert " 5001| job 77 failed with error code E4242" in result.text and "row 12 ok" not in result.text
+    assert "1 of 5002" in result.text and f"no line of {marker(key_for(other))} contains" in result.text
+    assert not result.complete and not result.is_error and wire_cost(result.text) < 1_000
+    many = recall(store, json.dumps({"key": marker(key_for(log)), "query": "ok"}), max_bytes=4_000)
+    assert wire_cost(many.text) <= 4_000 and "5000 of 5002 (the first" in many.text
+    bad = recall(store, json.dumps({"key": both, "query": "ok", "start_line": 3}), max_bytes=4_000)
+    assert bad.is_error and "either a query or a range" in bad.text
+    assert "query" in recall_tool_schema()["function"]["parameters"]["properties"]

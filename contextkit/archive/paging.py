@@ -7,7 +7,8 @@ range it is and how to get the next one, in both forms the model can use::
     [page of <<ccr:K>>: lines 1-180 of 5000. Next page: recall(key="<<ccr:K>>", start_line=181) or @recall <<ccr:K>> lines 181-360]
 
 The footer is always preceded by one newline of its own: the page's text is everything before
-``"\n[page of "`` on its last line. Sizes are wire bytes of the page text inside a JSON string
+``"\n[page of "`` on its last line. A ``query`` instead of a range returns only the numbered lines
+that contain every word of it (a search inside the original), with a footer that counts them. Sizes are wire bytes of the page text inside a JSON string
 (UTF-8, escapes included), so a page of ``max_bytes`` adds at most that much to the request.
 Pure functions, no storage.
 """
@@ -34,6 +35,7 @@ class PageRequest:
     end_line: int | None = None
     start_char: int | None = None
     end_char: int | None = None
+    query: str | None = None  # only the lines that contain every word of it
 
     @property
     def ranged(self) -> bool:
@@ -45,6 +47,11 @@ class PageRequest:
         chars = self.start_char is not None or self.end_char is not None
         if lines and chars:
             return "pass either start_line/end_line or start_char/end_char, not both"
+        if self.query is not None:
+            if not isinstance(self.query, str) or not self.query.split():
+                return f"query must be a non-empty string of words, got {self.query!r}"
+            if lines or chars:
+                return "pass either a query or a range, not both (a query returns numbered lines: read around one with a range)"
         for name in ("start_line", "end_line", "start_char", "end_char"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
@@ -69,6 +76,9 @@ def wire_cost(text: str) -> int:
 
 def page_of(content: str, key: str, request: PageRequest, max_bytes: int | None) -> Page:
     """The page of ``content`` (archived under ``key``) that ``request`` asks for, within ``max_bytes``."""
+    if request.query is not None:
+        room = None if max_bytes is None else max(MIN_PAGE_BYTES, max_bytes) - _FOOTER_ROOM
+        return _query_page(content, key, request.query, room)
     if not request.ranged and (max_bytes is None or wire_cost(content) <= max_bytes):
         return Page(content, True)
     room = None if max_bytes is None else max(MIN_PAGE_BYTES, max_bytes) - _FOOTER_ROOM
@@ -144,6 +154,28 @@ def _fitting_prefix(text: str, room: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def _query_page(content: str, key: str, query: str, room: int | None) -> Page:
+    """The numbered lines of ``content`` that contain every word of ``query`` (case-insensitive), as
+    many as fit ``room``: a search inside one original instead of reading it page by page."""
+    words = query.lower().split()
+    lines = content.splitlines()
+    hits = [(n, line) for n, line in enumerate(lines, 1) if all(w in line.lower() for w in words)]
+    if not hits:
+        return Page(f"[no line of {marker(key)} contains {query!r} ({len(lines)} lines); recall it without a query to read it]", False)
+    body, used, shown = [], 0, 0
+    for n, line in hits:
+        text = f"{n:>5}| {line}\n"
+        if room is not None and body and used + wire_cost(text) > room:
+            break
+        body.append(text)
+        used += wire_cost(text)
+        shown += 1
+    more = f" (the first {shown})" if shown < len(hits) else ""
+    footer = (f"[lines of {marker(key)} containing {query!r}: {len(hits)} of {len(lines)}{more}; "
+              "recall a line range of it to read around one]")  # fmt: skip
+    return Page(_with_footer("".join(body).rstrip("\n"), footer), False)
 
 
 def _with_footer(body: str, footer: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from contextkit.archive.paging import PageRequest, page_of, request_from_text
@@ -53,7 +53,8 @@ def recall_tool_schema() -> dict[str, Any]:
                 "Return the full original text that was archived behind a <<ccr:KEY>> marker in this "
                 "conversation (removed or shortened to save context). Pass the marker or its 16-hex-char key; "
                 "several markers at once return one labelled section each. Long originals come in pages "
-                "(lines or characters, 1-based, inclusive); each page's last line says how to get the next."
+                "(lines or characters, 1-based, inclusive); each page's last line says how to get the next. "
+                "A query returns only the numbered lines containing all its words."
             ),
             "parameters": {
                 "type": "object",
@@ -63,6 +64,7 @@ def recall_tool_schema() -> dict[str, Any]:
                         "description": 'One or more markers or keys, e.g. "<<ccr:0123456789abcdef>>" or '
                         '"0123456789abcdef fedcba9876543210".',
                     },
+                    "query": {"type": "string"},
                     "start_line": {"type": "integer"},
                     "end_line": {"type": "integer"},
                     "start_char": {"type": "integer"},
@@ -194,7 +196,8 @@ def _request_from_payload(payload: str) -> PageRequest:
     if not request.ranged:
         tail = re.split(r"ccr\s*:\s*[0-9a-fA-F]{16}\s*>{0,2}", text)[-1]
         request = request_from_text(tail)
-    return request
+    query = data.get("query") if data is not None else None
+    return request if query is None else replace(request, query=query)  # type: ignore[arg-type]  # problem() checks
 
 
 def find_inline_recalls(text: str) -> list[str]:

@@ -11,9 +11,11 @@ The scripted model (``needle_reply``) answers *only from the request it received
 1. the fact (``cue`` followed by a value) is in some message of the request → ``Answer n2: 48213``;
 2. else, when a retrieval tool is offered (contextkit's ``recall`` for ``<<ccr:KEY>>`` markers,
    headroom's ``headroom_retrieve`` for ``hash=KEY`` markers) and a marker is present that it has not
-   yet expanded for this question → it calls the tool (markers next to the file the question names
-   first, then markers in results of the question's tool or on an index line that names that tool's
-   call; newest first; at most ``MAX_RECALLS`` calls per question, following "next page" hints);
+   yet expanded for this question → it calls the tool: when the tool can search (contextkit's
+   ``recall`` takes a ``query``), first one call over every marker in view asking for the cue; then
+   one marker at a time (markers next to the file the question names first, then markers in results
+   of the question's tool or on an index line that names that tool's call; newest first), following
+   "next page" hints; at most ``MAX_RECALLS`` calls per question;
 3. else → ``Answer n2: unknown``.
 
 The question's own message (and every other question) is never searched, and answers do not
@@ -61,6 +63,8 @@ RETRIEVERS: dict[str, tuple[re.Pattern[str], str, str]] = {
     "recall": (_CCR_RE, "key", "<<ccr:{}>>"),
     "headroom_retrieve": (_HEADROOM_RE, "hash", "{}"),
 }
+SEARCHABLE = ("recall",)  # retrieval tools whose schema takes a ``query`` (contextkit's recall)
+MAX_SEARCH_KEYS = 32  # contextkit's recall reads at most 32 keys per call
 _SERVICES = ("billing-api", "auth-gw", "search-indexer", "media-proxy", "ledger-sync", "notify-hub", "geo-cache")
 _WORDS = ("INFLIGHT", "RETRY", "BATCH", "QUEUE", "WINDOW", "SHARD", "BACKOFF", "BUFFER", "POOL", "CURSOR")
 
@@ -249,7 +253,8 @@ def needle_reply(conv: Conversation) -> NeedleAnswer | None:
             args = dict(prev[1])
             args["start_line"] = int(page[-1])
             return NeedleAnswer("Reading the next page.", (prev[0], json.dumps(args)))
-    tried = {(name, str(args.get(RETRIEVERS[name][1]))) for name, args in done}
+    # a search read no original through: the markers it covered can still be read one by one
+    tried = {(name, str(args.get(RETRIEVERS[name][1]))) for name, args in done if "query" not in args}
     path = str(spec.get("path") or "")
     best: list[tuple[str, str]] = []  # markers next to the file the question names
     preferred: list[tuple[str, str]] = []
@@ -274,5 +279,12 @@ def needle_reply(conv: Conversation) -> NeedleAnswer | None:
     candidates = best + preferred + others
     if not candidates:
         return NeedleAnswer(f"Answer {nid}: {UNKNOWN}")
+    searchable = [arg for tool, arg in candidates if tool in SEARCHABLE]
+    if searchable and not any("query" in args for _, args in done):
+        # a retrieval tool that searches: one call over every original in view, asking for the cue
+        tool = next(t for t, _ in candidates if t in SEARCHABLE)
+        args = {RETRIEVERS[tool][1]: " ".join(searchable[:MAX_SEARCH_KEYS]), "query": cue}
+        return NeedleAnswer(f"Searching {len(searchable[:MAX_SEARCH_KEYS])} archived originals for question {nid}.",
+                            (tool, json.dumps(args)))  # fmt: skip
     tool, arg = candidates[0]
     return NeedleAnswer(f"Looking up {arg} for question {nid}.", (tool, json.dumps({RETRIEVERS[tool][1]: arg})))
