@@ -164,7 +164,8 @@ def _query_page(content: str, key: str, query: str, room: int | None) -> Page:
     hits = [(n, line) for n, line in enumerate(lines, 1) if all(w in line.lower() for w in words)]
     if not hits:
         return Page(f"[no line of {marker(key)} contains {query!r} ({len(lines)} lines); recall it without a query to read it]", False)
-    body, used, shown = [], 0, 0
+    body: list[str] = []
+    used = shown = 0
     for n, line in hits:
         text = f"{n:>5}| {line}\n"
         if room is not None and body and used + wire_cost(text) > room:
