@@ -135,16 +135,30 @@ def test_cost_is_the_real_models_price_of_the_wire_log_and_matches_the_sessions_
     """The arena prices the simulator's request log (turns and summaries, with the tokens its prompt
     cache billed) as PRICE_AS; contextkit's Session(price_as=PRICE_AS) prices its own requests from
     litellm's usage objects. The two must agree, and caching must make the bill smaller."""
-    from contextkit import backend
-    from contextkit.experiments.runner import PRICE_AS
+    from contextkit import Limits, Session, backend
+    from contextkit.archive import Archive
+    from contextkit.events import RequestEvent
+    from contextkit.experiments.runner import PRICE_AS, price
+    from contextkit.experiments.workload import SYSTEM_PROMPT
+    from contextkit.sim import GatewaySimulator
 
-    tight = GatewaySpec("tight", context_window=8_000, max_body=None)
-    row = run_one(RunSpec("contextkit", tight, 0, 10, target_bytes=4_000, keep_events=True))
-    assert row["summarizer_calls"] >= 1 and row["cached_tokens"] > 0
-    own = sum(e.get("cost") or 0.0 for e in row["events"] if e.get("type") == "request" and e.get("outcome") == "ok")
-    assert row["cost"] == pytest.approx(own + row["summarizer_cost"], rel=1e-9)
-    uncached = backend.request_cost(PRICE_AS, prompt_tokens=row["tokens_sent"], completion_tokens=0)
-    assert 0 < row["cost"] < uncached  # cached tokens at the cached-input price
+    w = Workload(0, 6, target_bytes=4_000)
+    with GatewaySimulator(context_window=8_000) as sim:
+        kw = sim.litellm_kwargs()
+        s = Session(kw.pop("model"), system=SYSTEM_PROMPT, limits=Limits(context_window=8_000),
+                    archive=Archive.in_memory(session_id="cost"), tools=w.session_tools(), session_id="cost",
+                    status=False, on_flush=None, price_as=PRICE_AS, **kw)  # fmt: skip
+        for turn in range(w.turns):
+            s.send(w.user_message(turn))
+        s.compact("keep every file path")  # a summary request on the wire, priced like any other
+        records = list(sim.requests)
+    assert any(r.kind == "summary" for r in records)
+    cached, cost = price(records)
+    own = sum(e.cost or 0.0 for e in s.events if isinstance(e, RequestEvent) and e.outcome == "ok")
+    assert cached > 0 and cost == pytest.approx(own + s.stats.to_dict()["summarizer_cost"], rel=1e-9)
+    tokens = sum(r.tokens for r in records if r.accepted)
+    uncached = backend.request_cost(PRICE_AS, prompt_tokens=tokens, completion_tokens=0)
+    assert 0 < cost < uncached  # cached tokens at the cached-input price
 
 
 def _counting_clock(step: float = 1.0) -> Callable[[], float]:
