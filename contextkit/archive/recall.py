@@ -50,11 +50,11 @@ def recall_tool_schema() -> dict[str, Any]:
         "function": {
             "name": RECALL_TOOL,
             "description": (
-                "Return the full original text that was archived behind a <<ccr:KEY>> marker in this "
-                "conversation (removed or shortened to save context). Pass the marker or its 16-hex-char key; "
-                "several markers at once return one labelled section each. Long originals come in pages "
-                "(lines or characters, 1-based, inclusive); each page's last line says how to get the next. "
-                "A query returns only the numbered lines containing all its words."
+                "Return the full original text that was archived (removed or shortened to save context) behind "
+                "a <<ccr:KEY>> marker. Pass the marker or its 16-hex-char key; several markers at once return "
+                "one labelled section each. Long originals come in pages (lines or characters, 1-based, "
+                "inclusive); each page's last line says how to get the next. A query returns just the lines "
+                "with all its words."
             ),
             "parameters": {
                 "type": "object",
