@@ -5,7 +5,7 @@ takes a litellm / openai / httpx / builtin exception, an error text (optionally 
 ``status`` it came with) or a ``(status, body_text)`` pair. It never imports litellm: exception types are recognised by the class
 names in their MRO, so the module stays pure, fast and importable without the network stack.
 
-Evidence gathered first (over the exception, its ``__cause__`` / ``__context__`` chain and
+Evidence gathered first by ``error_reading.gather_evidence`` (over the exception, its ``__cause__`` / ``__context__`` chain and
 litellm's ``original_exception``): every text (``str(e)``, ``message``, ``body``,
 ``response.text``), the HTTP status (``status=`` wins, then ``status_code`` /
 ``response.status_code`` of the outermost exception that has one, then a status *written as a
@@ -58,12 +58,9 @@ or a status written as one - never digits inside a request id or a token count.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from contextkit._failure_phrases import (
     _RETRY_IN_TEXT,
@@ -96,6 +93,7 @@ from contextkit._failure_phrases import (
     WAF_WORD,
     WINDOW_PATTERNS,
 )
+from contextkit.error_reading import ErrorEvidence, gather_evidence
 from contextkit.sizing import format_size
 
 # The reason of a connection closed before any answer (``Failure.connection_drop``) starts with this.
@@ -161,17 +159,6 @@ def classify_finish_reason(reason: str | None) -> Failure | None:
     return None
 
 
-@dataclass
-class _Evidence:
-    text: str  # lower-cased, every text of the chain joined
-    status: int | None
-    classes: set[str]
-    headers: dict[str, str]
-    annotated_bytes: int | None
-    message: str
-    mid_stream_output: bool
-
-
 def classify_failure(
     error: BaseException | str | tuple[int, str] | None,
     *,
@@ -189,7 +176,7 @@ def classify_failure(
     if isinstance(error, tuple):
         code, body = error
         error, status = body, (status if status is not None else code)
-    ev = _gather(error, status)
+    ev = gather_evidence(error, status)
     kind, reason = _decide(ev, history_bytes, request_bytes)
     sent = request_bytes if request_bytes is not None else ev.annotated_bytes
     retry_after = _retry_after(ev) if kind in (FailureKind.RATE_LIMIT, FailureKind.TRANSIENT) else None
@@ -221,7 +208,7 @@ def window_from_message(text: str) -> int | None:
     return None
 
 
-def _decide(ev: _Evidence, history_bytes: int | None, request_bytes: int | None) -> tuple[FailureKind, str]:
+def _decide(ev: ErrorEvidence, history_bytes: int | None, request_bytes: int | None) -> tuple[FailureKind, str]:
     text, status, classes = ev.text, ev.status, ev.classes
     if phrase := _first(text, PAYLOAD_PHRASES):
         label: object = status if status in (413, 431) else (_written_413(text) or phrase)
@@ -317,7 +304,7 @@ def _field_error(text: str) -> tuple[FailureKind, str] | None:
     return FailureKind.OTHER, f"invalid request field ({what}) - not about the context size, nothing to compact"
 
 
-def _waf_signal(ev: _Evidence) -> str | None:
+def _waf_signal(ev: ErrorEvidence) -> str | None:
     if any(h in ev.headers for h in WAF_HEADERS) or "cloudflare" in ev.headers.get("server", ""):
         return "Cloudflare signals" if "cf-ray" in ev.headers or "cloudflare" in ev.text else "WAF headers"
     server = ev.headers.get("server", "")
@@ -341,7 +328,7 @@ def _connection_signal(text: str, classes: set[str]) -> str | None:
     return sorted(named)[0] if named else None
 
 
-def _retry_after(ev: _Evidence) -> float | None:
+def _retry_after(ev: ErrorEvidence) -> float | None:
     if (ms := ev.headers.get("retry-after-ms")) is not None:
         try:
             return float(ms) / 1000
@@ -362,113 +349,9 @@ def _first(text: str, phrases: tuple[str, ...]) -> str | None:
     return next((p for p in phrases if p in text), None)
 
 
-def _chain(error: BaseException) -> Iterator[BaseException]:
-    """The exception, its causes/contexts and litellm's ``original_exception``, each once."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [error]
-    while todo and len(seen) < 32:
-        exc = todo.pop(0)
-        if id(exc) in seen:
-            continue
-        seen.add(id(exc))
-        yield exc
-        for nxt in (getattr(exc, "original_exception", None), exc.__cause__, exc.__context__):
-            if isinstance(nxt, BaseException):
-                todo.append(nxt)
-
-
-def _gather(error: BaseException | str | None, status: int | None) -> _Evidence:
-    if error is None or isinstance(error, str):
-        raw = error or ""
-        return _Evidence(raw.lower(), status if status is not None else _status_in_text(raw.lower()), set(), {}, None,
-                         raw.strip()[:2000], False)  # fmt: skip
-    texts: list[str] = []
-    classes: set[str] = set()
-    headers: dict[str, str] = {}
-    real_status: int | None = None
-    annotated: int | None = None
-    body_text = ""
-    for exc in _chain(error):
-        classes.update(c.__name__ for c in type(exc).__mro__)
-        texts.append(_safe_str(exc))
-        for attr in ("message", "body"):
-            value = getattr(exc, attr, None)
-            if isinstance(value, dict | list):
-                value = json.dumps(value, ensure_ascii=False)
-            if isinstance(value, str) and value:
-                texts.append(value)
-        response = getattr(exc, "response", None)
-        resp_text = _response_text(response)
-        if resp_text:
-            texts.append(resp_text)
-            body_text = body_text or resp_text
-        for key, value in _headers(exc, response).items():
-            headers.setdefault(key, value)
-        if real_status is None:
-            real_status = _as_status(getattr(exc, "status_code", None)) or _as_status(
-                getattr(response, "status_code", None)
-            )
-        if annotated is None:
-            n = getattr(exc, "request_bytes", None)
-            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-                annotated = n
-    text = "\n".join(texts).lower()
-    chosen = status if status is not None else real_status
-    if chosen is None:
-        chosen = _status_in_text(text)
-    generated = getattr(error, "generated_content", None)
-    mid_stream = "MidStreamFallbackError" in classes and bool(generated)
-    message = (body_text or _safe_str(error)).strip()[:2000]
-    return _Evidence(text, chosen, classes, headers, annotated, message, mid_stream)
-
-
-def _safe_str(exc: BaseException) -> str:
-    try:
-        return str(exc)
-    except Exception:  # noqa: BLE001 - a broken __str__ must not break classification
-        return type(exc).__name__
-
-
-def _response_text(response: Any) -> str:
-    if response is None:
-        return ""
-    try:
-        text = response.text
-    except Exception:  # noqa: BLE001 - httpx raises ResponseNotRead for unread streaming bodies
-        return ""
-    return text if isinstance(text, str) else ""
-
-
-def _headers(exc: BaseException, response: Any) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for source in (getattr(response, "headers", None), getattr(exc, "headers", None)):
-        if source is None:
-            continue
-        try:
-            items = list(source.items())
-        except Exception:  # noqa: BLE001 - anything header-like that is not a mapping
-            continue
-        for key, value in items:
-            found.setdefault(str(key).lower(), str(value).lower())
-    return found
-
-
-def _as_status(value: Any) -> int | None:
-    try:
-        code = int(value)
-    except (TypeError, ValueError):
-        return None
-    return code if 100 <= code <= 599 else None
-
-
 def _written_413(text: str) -> int | None:
     """A 413/431 the text names as a status (litellm's Anthropic route reports such replies as 400)."""
     found = {int(m.group(1)) for m in _STATUS_IN_TEXT.finditer(text)} | (
         {413} if re.search(r"'413 request entity too large'", text) else set()
     )
     return next((code for code in (413, 431) if code in found), None)
-
-
-def _status_in_text(text: str) -> int | None:
-    match = _STATUS_IN_TEXT.search(text)
-    return int(match.group(1)) if match else None
