@@ -8,6 +8,7 @@ from __future__ import annotations
 from contextkit._version import __version__
 from contextkit.archive import Archive
 from contextkit.classify import Failure, FailureKind, classify_failure
+from contextkit.effects import Reply
 from contextkit.errors import (
     ArchiveError,
     AuthenticationFailed,
@@ -23,7 +24,6 @@ from contextkit.errors import (
     UsageError,
 )
 from contextkit.events import EventLog
-from contextkit.flow import Reply
 from contextkit.messages import Message, Origin, ToolCall, from_wire, to_wire
 from contextkit.policy.pairing import repair_tool_pairing
 from contextkit.session import Session

@@ -16,8 +16,8 @@ from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from typing import Any
 
 from contextkit import backend
+from contextkit.effects import CallModel, ModelFailure, ModelReply, RunTools, Sleep, StreamNote
 from contextkit.errors import ProviderError
-from contextkit.flow import CallModel, ModelFailure, ModelReply, RunTools, Sleep, StreamNote
 from contextkit.messages import ToolCall
 from contextkit.summarizer import Summarizer, SummaryRequest, SummaryResponse
 from contextkit.tools import Tool, ToolResult, normalise_result

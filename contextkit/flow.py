@@ -18,6 +18,9 @@ failure: classify → judge it on the evidence (``contextkit.evidence``): retry,
 limit, floor diagnostic, ladder level, one-time payload notice) or fail; on ``length``: escalate
 ``max_tokens`` and continue.
 
+Its parts: ``answer`` (a round's text across continuations), ``model_request`` (one request:
+counted, classified, recorded as a ``RequestEvent``), ``tool_round`` (the calls and their results).
+
 A turn is a transaction: when anything escapes it (a failure, ``RecoveryFailedError``,
 cancellation), the history is restored to what it was before the turn - the turn leaves a trace
 in the events only. Archive writes stay (append-only).
@@ -26,37 +29,34 @@ in the events only. Archive writes stay (append-only).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from contextkit.classify import Failure, FailureKind, classify_failure
+from contextkit.answer import Answer
+from contextkit.classify import Failure, FailureKind
 from contextkit.effects import CallModel, ModelFailure, ModelReply, Reply, RunTools, Sleep, StreamNote
 from contextkit.errors import AuthenticationFailed, ProviderError, RecoveryFailedError, UsageError
-from contextkit.events import RequestEvent
 from contextkit.evidence import Lesson, judge
+from contextkit.flowctx import Effect, Flow, FlowContext, emit_history, measure
 from contextkit.learning import after_clean_turn, restore_budgets
-from contextkit.messages import Message, ToolCall
+from contextkit.messages import Message
+from contextkit.model_request import attempt_record, send_request
 from contextkit.preflight import (
-    Effect,
-    Flow,
-    FlowContext,
     _body,
     check_known_floor,
     compact_if_needed,
-    emit_history,
     known_to_fail,
-    measure,
     outgoing,
     request_for,
     summarizer_window,
     turn_boundary,
 )
-from contextkit.recall_flow import model_recall_round, recall_tool_result
+from contextkit.recall_flow import model_recall_round
 from contextkit.recovery import KNOWN_LIMIT, Episode, record_recovery, recover
 from contextkit.sizing import Measure
-from contextkit.state import CONTINUATION, INTERRUPTED
-from contextkit.tools import ToolResult
+from contextkit.state import CONTINUATION
+from contextkit.tool_round import run_tool_round
 
 __all__ = [
     "CallModel",
@@ -86,7 +86,7 @@ class _Turn:
     """What one turn accumulates for its ``Reply``."""
 
     attempts: list[dict[str, Any]] = field(default_factory=list)
-    answer: _Answer = field(default_factory=lambda: _Answer())  # the current round's text across continuations
+    answer: Answer = field(default_factory=Answer)  # the current round's text across continuations
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float = 0.0
@@ -164,13 +164,13 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
         call = CallModel(
             request.messages, ctx.tools or None, params, sent.bytes, sent.tokens, stream=stream, purpose=purpose
         )
-        outcome, failure = yield from _request(ctx, call, sent, episode.level, len(turn.attempts) + 1, sample)
+        outcome, failure = yield from send_request(ctx, call, sent, episode.level, len(turn.attempts) + 1, sample)
         unread = failure is not None and failure.kind != FailureKind.CONTEXT_OVERFLOW and digest not in probed
         if isinstance(outcome, ModelFailure) and outcome.empty and unread:
             # The stream hid the provider's answer: ask once without streaming to read it.
             probed.add(digest)
             assert failure is not None
-            turn.attempts.append(_attempt(failure, episode.level, sent))
+            turn.attempts.append(attempt_record(failure, episode.level, sent))
             st.stats.count_failure(failure.kind.value)
             ctx.notify(
                 "empty_stream",
@@ -179,11 +179,11 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
                 "warning",
             )
             call = replace(call, stream=False, purpose="probe")
-            outcome, failure = yield from _request(ctx, call, sent, episode.level, len(turn.attempts) + 1, sample)
+            outcome, failure = yield from send_request(ctx, call, sent, episode.level, len(turn.attempts) + 1, sample)
 
         if isinstance(outcome, ModelFailure):
             assert failure is not None
-            turn.attempts.append(_attempt(failure, episode.level, sent))
+            turn.attempts.append(attempt_record(failure, episode.level, sent))
             st.stats.count_failure(failure.kind.value)
             if outcome.partial:  # the model had started answering: the body was accepted
                 ctx.evidence().accepted(sent.bytes, sent.tokens)
@@ -317,103 +317,6 @@ def _finish(ctx: FlowContext, turn: _Turn, outcome: ModelReply, out: list[Messag
     )
 
 
-@dataclass
-class _Answer:
-    """The current model round's text, built across continuations.
-
-    ``parts`` are pieces already received (cut at ``max_tokens``, or delivered by a stream before
-    it failed); each sits in the history as an assistant message followed by a continuation
-    prompt (``partials``) until the round ends, when they are folded into one message. ``voided``
-    is text a stream reader saw that could not be continued, with its marker line.
-    """
-
-    parts: list[str] = field(default_factory=list)
-    partials: list[Message] = field(default_factory=list)
-    voided: str = ""
-    interrupted: str = ""  # why the last part was cut by a failure ("" when it was not)
-    voids: int = 0
-
-    def keep(self, ctx: FlowContext, text: str, prompt: str) -> None:
-        st = ctx.state
-        self.parts.append(text)
-        # Verbatim: a recovery must not shorten the text the model is asked to continue.
-        pair = [
-            Message.assistant(text, turn=st.turn, preserve_verbatim=True),
-            Message.user(prompt, preserve_verbatim=True, synthetic=True),
-        ]
-        self.partials += pair
-        st.history = [*st.history, *pair]
-
-    def resume(self, ctx: FlowContext, partial: str, reason: str, level: int, stream: bool) -> Flow:
-        """After a failed request: continue from the text it delivered, or retry from the start."""
-        if partial:
-            self.keep(ctx, partial, INTERRUPTED)
-            self.interrupted = reason
-        if stream:
-            # "continuation": the next request resumes from text already shown; "retry": from the start
-            yield StreamNote("continuation" if self.parts else "retry", reason=reason, level=level)
-
-    def void(self, ctx: FlowContext, failure: Failure, stream: bool) -> Flow:
-        """The provider refused to continue an interrupted answer: drop its parts, ask again from the start."""
-        text = "".join(self.parts)
-        line = (
-            f"\n\n[contextkit: the answer above was interrupted ({self.interrupted}) and the provider refused to "
-            f"continue it ({failure.reason}); it is void - the answer starts again below]\n\n"
-        )
-        ctx.notify("voided", line.strip(), "warning")
-        self.voided += text + line
-        self.voids += 1
-        self.parts, self.interrupted = [], ""
-        self._fold(ctx)
-        if stream:
-            yield StreamNote("voided", text, reason=failure.reason, show=line)
-
-    def finish(self, ctx: FlowContext, content: str) -> tuple[str, str]:
-        """End the round: (the text a reader saw, the text the history keeps)."""
-        kept = "".join(self.parts) + content
-        shown = self.voided + kept
-        self._fold(ctx)
-        self.parts, self.voided, self.interrupted = [], "", ""
-        return shown, kept
-
-    def _fold(self, ctx: FlowContext) -> None:
-        if self.partials:
-            # By identity, not position: a recovery in between may have added a notice after them.
-            folded = {id(m) for m in self.partials}
-            ctx.state.history = [m for m in ctx.state.history if id(m) not in folded]
-            self.partials = []
-
-
-def _attempt(failure: Failure, level: int, sent: Measure) -> dict[str, Any]:
-    return {"outcome": "rejected", "failure_kind": failure.kind.value, "level": level, "bytes": sent.bytes}
-
-
-def _request(
-    ctx: FlowContext, call: CallModel, sent: Measure, level: int, attempt: int, sample: Any
-) -> Generator[Any, Any, tuple[Any, Failure | None]]:
-    """Send one request; count it, classify a failure, record the attempt."""
-    st = ctx.state
-    outcome = yield call
-    st.stats.requests += 1
-    st.stats.bytes_sent += sent.bytes
-    st.stats.tokens_sent += sent.tokens
-    failure = None
-    if isinstance(outcome, ModelFailure):
-        failure = _empty_stream_failure(ctx, sent) if outcome.empty else None
-        failure = failure or classify_failure(outcome.error, history_bytes=sent.bytes, request_bytes=sent.bytes)
-    _record_request(ctx, outcome, failure, sent, level, attempt, sample, call.purpose)
-    return outcome, failure
-
-
-def _empty_stream_failure(ctx: FlowContext, sent: Measure) -> Failure:
-    """An empty stream over the window is an overflow; otherwise its cause is unknown yet (transient)."""
-    window = ctx.state.context_window
-    if sent.tokens > window:
-        reason = f"empty stream: the request's {sent.tokens} tokens exceed the context window of {window} tokens"
-        return Failure(FailureKind.CONTEXT_OVERFLOW, reason, sent.bytes)
-    return Failure(FailureKind.TRANSIENT, "the provider ended the stream without content, tool call or finish reason")
-
-
 def _give_up_if_exhausted(
     ctx: FlowContext,
     episode: Episode,
@@ -472,65 +375,3 @@ def _output_cap(ctx: FlowContext) -> int:
 
     info = backend.model_info(ctx.state.model)
     return int(info.get("max_output_tokens") or 128_000)
-
-
-def _record_request(
-    ctx: FlowContext,
-    outcome: Any,
-    failure: Failure | None,
-    sent: Measure,
-    level: int,
-    attempt: int,
-    sample: Any,
-    purpose: str = "turn",
-) -> None:
-    st = ctx.state
-    ok = isinstance(outcome, ModelReply)
-    ctx.events.append(
-        RequestEvent(
-            session_id=st.session_id,
-            turn=st.turn,
-            attempt=attempt,
-            level=level,
-            model=st.model,
-            bytes=sent.bytes,
-            tokens=sent.tokens,
-            messages=sent.messages,
-            outcome=("length" if outcome.finish_reason == "length" else "ok") if ok else "rejected",
-            failure_kind=failure.kind.value if failure else None,
-            status=failure.status if failure else None,
-            latency_s=outcome.latency_s,
-            prompt_tokens=outcome.prompt_tokens if ok else 0,
-            completion_tokens=outcome.completion_tokens if ok else 0,
-            cost=outcome.cost if ok else 0.0,
-            prefix_shared_bytes=sample.shared_bytes,
-            prefix_share=sample.share,
-            purpose=purpose,
-            cached_prompt_tokens=outcome.cached_prompt_tokens if ok else 0,
-            cache_write_tokens=outcome.cache_write_tokens if ok else 0,
-            append_only=sample.append_only,
-        )
-    )
-
-
-def run_tool_round(ctx: FlowContext, reply: ModelReply) -> Flow:
-    """Append the assistant's calls, run them (recall in-process), append the results."""
-    st = ctx.state
-    st.stats.tool_calls += len(reply.tool_calls)
-    st.history = [
-        *st.history,
-        Message.assistant(reply.content, reply.tool_calls, reasoning=reply.reasoning, turn=st.turn),
-    ]
-    recall_calls = [c for c in reply.tool_calls if c.name == "recall" and hasattr(ctx.archive, "recall_message")]
-    other = tuple(c for c in reply.tool_calls if c not in recall_calls)
-    results: dict[str, Message] = {}
-    for call in recall_calls:
-        results[call.id] = recall_tool_result(ctx, call)
-    if other:
-        ran: list[tuple[ToolCall, ToolResult]] = yield RunTools(other)
-        for call, result in ran:
-            results[call.id] = Message.tool(
-                call.id, result.content, name=call.name, path=result.path, lines=result.lines
-            )
-    st.history = [*st.history, *(results[c.id] for c in reply.tool_calls if c.id in results)]
-    emit_history(ctx, "tool")
