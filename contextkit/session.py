@@ -3,16 +3,16 @@
 The flow (``contextkit.flow``) is written once; this module runs it synchronously (``send``),
 asynchronously (``asend``) and while streaming (``stream``, ``astream``: ``contextkit.streaming``),
 executing the effects it yields: model calls through ``contextkit.backend`` (litellm), summaries,
-tools, sleeps.
+tools, sleeps. Its constructor's checks are ``session_config``; the read-only views (stats, limits,
+tool schemas, the next request's size) are mixed in from ``session_views``; manual compaction,
+``rewind`` and ``reset_limits`` from ``session_controls``; saving and loading are ``persist``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import os
-import sys
 import threading
 import uuid
 import weakref
@@ -20,92 +20,43 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from contextkit import backend
 from contextkit.archive import Archive
-from contextkit.compactor import Compactor, WorkbenchWriter
+from contextkit.compactor import Compactor
 from contextkit.driver import EffectRunner, cancel
-from contextkit.errors import ConfigError, InvalidMessageError, UsageError
+from contextkit.effects import Reply
+from contextkit.errors import InvalidMessageError, UsageError
 from contextkit.events import ArchiveEvent, EventLog, NoticeEvent
-from contextkit.flow import (
-    FlowContext,
-    Reply,
-    emit_history,
-    measure,
-    turn_flow,
-)
-from contextkit.learning import reset_limits
+from contextkit.flow import turn_flow
+from contextkit.flowctx import FlowContext, emit_history
 from contextkit.messages import Message, from_wire
 from contextkit.persist import load_session, save_session
-from contextkit.policy.breakpoints import needs_breakpoints
-from contextkit.preflight import run_compaction
-from contextkit.settings import LIMIT_KWARGS, Limits
-from contextkit.sizing import Measure, RequestMeter, body_params
-from contextkit.state import SessionState, SessionStats
+from contextkit.session_config import (
+    StatusSink,
+    cache_breakpoints_for,
+    check_model,
+    check_price_as,
+    context_window,
+    default_status,
+    flush_sink,
+    session_limits,
+    session_tools,
+    status_sink,
+    stderr_status,
+    system_message,
+)
+from contextkit.session_controls import SessionControls
+from contextkit.session_views import SessionViews
+from contextkit.settings import Limits
+from contextkit.sizing import RequestMeter, body_params
+from contextkit.state import SessionState
 from contextkit.streaming import AsyncReplyStream, ReplyStream
 from contextkit.summarizer import LiteLLMSummarizer
-from contextkit.tools import Tool, as_tools
+from contextkit.tools import Tool
 
-DEFAULT_WINDOW = 128_000
-StatusSink = Callable[[str], None]
-RESERVED_KWARGS = {
-    "messages": "send the messages with session.send(...) or session.add_messages(...)",
-    "stream": "call session.stream(...) for a streamed reply",
-}
+__all__ = ["Session", "default_status", "stderr_status"]
 
 
-def _split_kwargs(kwargs: dict[str, Any], limits: Limits) -> tuple[dict[str, Any], Limits]:
-    """litellm's keyword arguments, minus those that set a limit (folded into ``limits``); reserved
-    names raise a ``ConfigError`` instead of failing deep inside a turn."""
-    for name, advice in RESERVED_KWARGS.items():
-        if name in kwargs:
-            raise ConfigError(f"Session(..., {name}=...) is not a litellm option here: {advice}")
-    passed = dict(kwargs)
-    changes: dict[str, Any] = {}
-    for name, field_name in LIMIT_KWARGS.items():
-        if name not in passed:
-            continue
-        value = passed.pop(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(
-                f"{name}={value!r}: pass a number ({'seconds' if 'timeout' in name else 'retries'}); "
-                f"it sets Limits.{field_name}"
-            )
-        explicit = field_name in limits.explicit_fields or field_name in changes
-        current = changes.get(field_name, getattr(limits, field_name))
-        if explicit and current != value:
-            raise ConfigError(
-                f"{name}={value!r} conflicts with Limits({field_name}={current!r}); pass only one of them"
-            )
-        changes[field_name] = int(value) if field_name == "max_retries" else float(value)
-    return passed, (limits.with_overrides(**changes) if changes else limits)
-
-
-def _extends(current: Sequence[Message], after: Sequence[Message]) -> bool:
-    """``current`` is ``after`` plus messages appended since, allowing in-place rewrites of the
-    old ones that keep their shape (microcompact, budgets: archived, so nothing is lost by
-    putting the pre-compaction originals back)."""
-    if len(current) < len(after):
-        return False
-    return all(
-        c is a or (c.role == a.role and c.tool_call_id == a.tool_call_id and len(c.tool_calls) == len(a.tool_calls))
-        for c, a in zip(current, after, strict=False)
-    )
-
-
-def stderr_status(text: str) -> None:
-    print(f"[contextkit] {text}", file=sys.stderr, flush=True)
-
-
-def default_status() -> StatusSink:
-    """stderr in a terminal; in a Jupyter kernel the dashboard's log or one collapsible output per cell."""
-    from contextkit.widgets.status import NotebookStatus, in_jupyter_kernel
-
-    return NotebookStatus() if in_jupyter_kernel() else stderr_status
-
-
-class Session:
+class Session(SessionViews, SessionControls):
     """A long chat or agent conversation kept inside the window and the gateway's body cap.
 
     ``Session(model, system=..., limits=Limits(max_payload="128KB"), archive=..., tools=[fn, ...],
@@ -136,26 +87,13 @@ class Session:
         cache_breakpoints: bool | None = None,
         **litellm_kwargs: Any,
     ) -> None:
-        if not isinstance(model, str) or not model.strip():
-            raise ConfigError("model must be a litellm model string such as 'openai/gpt-4o-mini'")
-        if price_as is not None and (not isinstance(price_as, str) or not backend.is_priced(price_as)):
-            raise ConfigError(
-                f"price_as={price_as!r} is not a model litellm's cost map prices; use one such as "
-                "'anthropic/claude-sonnet-4-5' or 'gpt-4.1', or leave it out to price the session's own model"
-            )
+        check_model(model)
+        check_price_as(price_as)
         self.price_as = price_as
-        if cache_breakpoints is not None and not isinstance(cache_breakpoints, bool):
-            raise ConfigError(f"cache_breakpoints must be True, False or None (automatic), got {cache_breakpoints!r}")
-        if cache_breakpoints is None:
-            cache_breakpoints = needs_breakpoints(backend.provider_of(model), model)
-        self.cache_breakpoints = cache_breakpoints
+        self.cache_breakpoints = cache_breakpoints_for(model, cache_breakpoints)
         self.model = model
         self.session_id = session_id or uuid.uuid4().hex[:12]
-        if limits is not None and not isinstance(limits, Limits):
-            raise ConfigError(f"limits must be a contextkit.Limits, got {type(limits).__name__}")
-        self._litellm_kwargs, limits = _split_kwargs(litellm_kwargs, limits or Limits())
-        # the fields set in Limits(...) win; every other field comes from CONTEXTKIT_* (S12)
-        self.limits = limits.over_env()
+        self._litellm_kwargs, self.limits = session_limits(limits, litellm_kwargs)
         if archive is None:
             archive = Archive(session_id=self.session_id)
         elif not getattr(archive, "scope_chosen", True):
@@ -165,36 +103,19 @@ class Session:
         observe = getattr(self.archive, "observe", None)
         if callable(observe):
             observe(self._on_archived)
-        self._tools = as_tools(tools)
-        from contextkit.archive import is_recall_tool
-
-        if shadowing := [name for name in self._tools if is_recall_tool(name)]:
-            raise ConfigError(
-                f"a tool named {shadowing[0]!r} would shadow the built-in recall tool (it expands <<ccr:KEY>> "
-                "markers from the archive); rename your tool, e.g. to 'recall_notes'"
-            )
-        self._status: StatusSink | None = default_status() if status is True else (status or None)  # type: ignore[assignment]
+        self._tools = session_tools(tools)
+        self._status = status_sink(status)
         self._lock = threading.RLock()
         self._busy = False  # a turn or compaction is running (guards re-entry from tools or interleaved streams)
         self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
-        known = None if self.limits.context_window else backend.model_info(model).get("max_input_tokens")
-        window = self.limits.context_window or int(known or DEFAULT_WINDOW)
-        source = "configured" if self.limits.context_window else ("model" if known else "assumed")
+        window, source = context_window(model, self.limits)
         self._state = SessionState.create(model, self.session_id, self.limits, window, window_source=source)
         if system is not None:
-            if not isinstance(system, str):
-                raise ConfigError("system must be a string")
-            self._state.history.append(Message.system(system))
+            self._state.history.append(system_message(system))
         self._meter = RequestMeter(model)
-        if on_flush == "workbench":
-            workbench = self._workbench_path()
-            flush = WorkbenchWriter(workbench) if workbench is not None else None
-        else:
-            flush = on_flush
-        if flush is not None and not callable(flush):
-            raise ConfigError("on_flush must be a callable(segment, info), 'workbench' or None")
+        flush = flush_sink(on_flush, self.archive, self.session_id)
         self.compactor = Compactor(
             archive=self.archive,
             limits=self.limits,
@@ -216,69 +137,6 @@ class Session:
             summarizer=self.summarizer,
             request_timeout=self.limits.request_timeout,
             price_as=price_as,
-        )
-
-    # read-only views ------------------------------------------------------------------------------
-    @property
-    def history(self) -> list[Message]:
-        return list(self._state.history)
-
-    @property
-    def stats(self) -> SessionStats:
-        stats = SessionStats.from_dict(self._state.stats.to_dict())
-        cstats = self.compactor.stats
-        stats.compactions = cstats.compactions
-        stats.level3_falls = cstats.level3_falls
-        stats.summary_calls = cstats.summary_calls
-        stats.summarizer_prompt_tokens = cstats.summarizer_prompt_tokens
-        stats.summarizer_completion_tokens = cstats.summarizer_completion_tokens
-        stats.summarizer_cost = cstats.summarizer_cost
-        return stats
-
-    @property
-    def status_sink(self) -> StatusSink | None:
-        """Where status lines go (``status=`` of the constructor; None when silenced)."""
-        return self._status
-
-    @property
-    def context_window(self) -> int:
-        return self._state.context_window
-
-    @property
-    def payload_cap(self) -> int | None:
-        return self._state.cap
-
-    @property
-    def cap_source(self) -> str | None:
-        return self._state.cap_source
-
-    @property
-    def tool_schemas(self) -> list[dict[str, Any]]:
-        """The tool schemas sent with every request. Decided once (issue 14: tools lead the cached
-        prompt prefix, so any change breaks the whole cache): the ``recall`` tool is offered from the
-        first request when the session has tools or its archive already holds content, otherwise
-        from the request after the first archive write; once offered it stays, byte-identical."""
-        ctx = getattr(self, "_ctx", None)
-        if ctx is not None:
-            return list(ctx.tools)
-        return self._initial_tools()[0]
-
-    def _initial_tools(self) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-        """(schemas offered from the first request, the recall schema held back until content is archived)."""
-        schemas = copy.deepcopy([t.schema() for t in self._tools.values()])
-        if self.archive is None or "recall" in self._tools:
-            return schemas, None
-        from contextkit.archive import recall_tool_schema
-
-        recall = recall_tool_schema()
-        if schemas or len(self.archive):
-            return [*schemas, recall], None
-        return schemas, recall
-
-    def measure(self) -> Measure:
-        """Request bytes and tokens of the next request (incremental, S1.3)."""
-        return self._meter.measure(
-            self._state.history, tools=self.tool_schemas or None, **body_params(self._litellm_kwargs)
         )
 
     # conversation ---------------------------------------------------------------------------------
@@ -322,59 +180,6 @@ class Session:
         turn.
         """
         return AsyncReplyStream(self, self._user_messages(text), max_rounds)
-
-    def compact(self, instruction: str | None = None) -> Any:
-        """Manual compaction (trigger ``manual``), optionally guided by an instruction.
-
-        The older messages are summarized (following ``instruction``) and the recent ones kept; on a
-        short history the newest exchange is kept and everything before it summarized. Ctrl-C or task
-        cancellation leaves the history untouched (a "cancelled" compaction event says so).
-        """
-        with self._lock, self._turn("compact"):
-            ctx = self._context()
-            current = measure(ctx, self._state.history).bytes
-            flow = run_compaction(ctx, trigger="manual", budget=max(1, current // 2), instruction=instruction)
-            with self._closing(flow):
-                result = self._runner.drive(flow)
-            if result.changed:
-                self._state.history = list(result.history)
-                emit_history(ctx, "compaction")
-            return result
-
-    def rewind(self) -> bool:
-        """Undo the last applied compaction, keeping every turn made since.
-
-        The pre-compaction history comes back with the messages added after that compaction on
-        top. When the history was rewritten since in a way that cannot be lined up with it (a
-        later recovery truncated it), nothing changes and ``UsageError`` says why - turns are
-        never silently dropped. Returns False when there is no compaction to undo.
-        """
-        with self._lock, self._turn("rewind"):
-            entry = self.compactor.peek_undo_entry()
-            if entry is None:
-                return False
-            before, after = entry
-            current = self._state.history
-            if after is None:  # an entry from an older compactor: only exact states can be undone
-                after = current
-            if not _extends(current, after):
-                raise UsageError(
-                    f"cannot rewind: the history was rewritten after that compaction ({len(after)} messages then, "
-                    f"{len(current)} now, and they no longer line up), so rewinding would lose turns made since. "
-                    "Start a new session from session.history, or add_messages() the parts you need."
-                )
-            self.compactor.pop_undo_entry()
-            self._state.history = [*before, *current[len(after) :]]
-            emit_history(self._context(), "rewind")
-            return True
-
-    def reset_limits(self) -> None:
-        """Forget what failures taught this session: the payload cap goes back to the configured one
-        (or none), the window to the configured or model value, tool-result budgets to the configured
-        ones, and the size evidence is cleared (a body once rejected may be sent again). Each change
-        is a ``LimitEvent``."""
-        with self._lock, self._turn("reset_limits"):
-            reset_limits(self._context())
 
     def add_messages(self, messages: Sequence[Any]) -> None:
         """Append existing messages (dicts or Message) to the history without a request."""
@@ -439,12 +244,6 @@ class Session:
         if lock is None:
             lock = self._async_locks[loop] = asyncio.Lock()
         return lock
-
-    def _workbench_path(self) -> Path | None:
-        path = getattr(self.archive, "path", None)
-        if not path:
-            return None
-        return Path(path).parent / "workbench" / f"{self.session_id}.md"
 
     def _summarizer_window(self) -> int | None:
         window = getattr(self.summarizer, "window_tokens", None)
@@ -521,12 +320,3 @@ class Session:
         from contextkit.recall_flow import user_recall_messages
 
         return user_recall_messages(self._context(), text)
-
-    def _repr_html_(self) -> str:
-        from contextkit.widgets.html import session_html
-
-        return session_html(self)
-
-    def __repr__(self) -> str:
-        m = self.measure()
-        return f"<Session {self.session_id} {self.model} messages={m.messages} bytes={m.bytes} cap={self.payload_cap}>"
