@@ -3,7 +3,8 @@ pre-flight and auto compaction, the outgoing copy and the known-limit check.
 
 No IO of its own: the archive is reached through its protocol and the compactor yields summary
 requests for the driver to run. Summary requests pass through ``run_compaction``, which feeds
-their outcomes to the session's evidence and never sends one at or above a known limit.
+their outcomes to the session's evidence and never sends one at or above a known limit
+(``summary_evidence``).
 """
 
 from __future__ import annotations
@@ -12,13 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from contextkit.classify import FailureKind, classify_failure
-from contextkit.errors import PayloadFloorError, ProviderError
+from contextkit.errors import PayloadFloorError
 from contextkit.events import CompactionEvent
-from contextkit.evidence import Lesson, gateway_how, judge, learned_cap
 from contextkit.floor import floor_measure, floor_text
 from contextkit.flowctx import Effect, Flow, FlowContext, emit_history, measure
-from contextkit.learning import announce_window, learn_cap
+from contextkit.learning import announce_window
 from contextkit.markers import marker
 from contextkit.messages import Message, newest_request_index, to_wire_list
 from contextkit.policy.breakpoints import anchor_position, breakpoint_bytes, breakpoint_positions, with_breakpoints
@@ -27,8 +26,8 @@ from contextkit.policy.microcompact import MicrocompactConfig
 from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, original_of
 from contextkit.policy.pairing import repair_tool_pairing
 from contextkit.policy.pressure import PressureConfig, relieve_pressure
-from contextkit.sizing import MB, Measure, dumps, format_size, message_bytes, request_bytes
-from contextkit.summarizer import SummaryRequest, SummaryResponse
+from contextkit.sizing import MB, Measure, dumps, format_size, message_bytes
+from contextkit.summary_evidence import watch_summaries
 
 NO_CAP_WARNING_BYTES = int(2.5 * MB)
 BYTES_PER_TOKEN = 4  # to size previews from the window: the usual ratio for English and code
@@ -50,10 +49,6 @@ __all__ = [
     "summarizer_window",
     "turn_boundary",
 ]
-
-
-class NotSent(ProviderError):
-    """A summary request was not sent: it is at or above a size its endpoint already rejected."""
 
 
 def byte_budget(ctx: FlowContext, m: Measure, ratio: float | None = None) -> int:
@@ -250,75 +245,7 @@ def run_compaction(ctx: FlowContext, *, trigger: str, budget: int, instruction: 
         instruction=instruction,
         summarizer_window=summarizer_window(ctx),
     )
-    return (yield from _watch_summaries(ctx, pass_))
-
-
-def _watch_summaries(ctx: FlowContext, sub: Flow) -> Flow:
-    """``yield from sub``, but every summary request is checked against what its endpoint rejected
-    and its outcome becomes evidence. Exceptions thrown in (cancellation) reach ``sub``."""
-    try:
-        effect = next(sub)
-    except StopIteration as stop:
-        return stop.value
-    while True:
-        value: Any
-        if isinstance(effect, SummaryRequest) and (refusal := _summary_refusal(ctx, effect)):
-            value = NotSent(refusal)
-        else:
-            try:
-                value = yield effect
-            except BaseException as exc:  # noqa: BLE001 - handed to the compactor, which re-raises
-                try:
-                    effect = sub.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-                continue
-            if isinstance(effect, SummaryRequest):
-                _summary_evidence(ctx, effect, value)
-        try:
-            effect = sub.send(value)
-        except StopIteration as stop:
-            return stop.value
-
-
-def _summary_bytes(ctx: FlowContext, request: SummaryRequest) -> int:
-    # with the sampling parameters the summarizer sends (temperature, max_tokens): the bytes sent
-    return request_bytes([Message.user(request.prompt)], model=request.model or ctx.state.model, **request.params())
-
-
-def _summary_endpoint(ctx: FlowContext, request: SummaryRequest) -> str:
-    return request.model or ctx.state.limits.compact_model or ctx.state.model
-
-
-def _summary_refusal(ctx: FlowContext, request: SummaryRequest) -> str | None:
-    ceiling = ctx.evidence(_summary_endpoint(ctx, request)).ceiling
-    size = _summary_bytes(ctx, request)
-    if ceiling is not None and size > ceiling:
-        return (
-            f"summary request not sent: {format_size(size)} is at or above {format_size(ceiling + 1)}, rejected before"
-        )
-    return None
-
-
-def _summary_evidence(ctx: FlowContext, request: SummaryRequest, value: Any) -> None:
-    endpoint = _summary_endpoint(ctx, request)
-    ev = ctx.evidence(endpoint)
-    size = _summary_bytes(ctx, request)
-    if isinstance(value, SummaryResponse):
-        ev.accepted(size)
-        return
-    if not isinstance(value, BaseException):
-        return
-    failure = classify_failure(value, request_bytes=size)
-    if failure.kind not in (FailureKind.PAYLOAD_TOO_LARGE, FailureKind.WAF_REJECTION):
-        return  # overflows and drops of a summary are the compactor's business (it falls back)
-    if judge(ev, failure, sent_bytes=size, seen=0).lesson != Lesson.RECOVER:
-        return  # a stray rejection, far below what this endpoint accepted: nothing to learn
-    ev.rejected(size, gateway_how(failure))
-    if endpoint == ctx.state.model:
-        new = learned_cap(size, floor=0, current=ctx.state.cap)
-        if new is not None:
-            learn_cap(ctx, new, rejected=size, how=f"summary request, {gateway_how(failure)}")
+    return (yield from watch_summaries(ctx, pass_))
 
 
 def summarizer_window(ctx: FlowContext) -> int | None:

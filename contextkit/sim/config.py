@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from contextkit.errors import ConfigError
 from contextkit.sim import faults
@@ -15,6 +17,7 @@ FAULT_KINDS = (
     "timeout", "auth401", "auth403", "stream_drop", "stream_error", "length", "400", "422",
 )  # fmt: skip
 BODY_FAULTS = ("400", "422")  # answered with the body given to fail_next(kind, body=...)
+FaultBody = str | Mapping[str, Any] | None  # the body of a "400" / "422" fault (see fail_next)
 STREAM_FAULTS = ("stream_drop", "stream_error")
 SIM_MODEL = "sim-model"
 REFUSAL = "I'm sorry, but I can't help with summarizing this conversation."

@@ -6,57 +6,39 @@ Content-Length (like nginx or a WAF, before any parsing), a context window count
 tiktoken, an output cap, latency and one-shot faults. Behind the gateway, a provider-style prompt
 cache (``gw.cache``, ``contextkit.sim.cache``) reports cached prompt tokens in each route's usage
 fields. Every request is logged as a ``RequestRecord`` (with its cached and newly cached tokens).
+
+This module is the simulator's API: lifecycle, addresses, settings, faults and the log. What it
+answers to a request is ``contextkit.sim.gateway``; the HTTP server and handler are ``contextkit.sim.handler``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from contextkit.errors import ConfigError
-from contextkit.sim import faults, wire
-from contextkit.sim.cache import CacheUse, PromptCache
+from contextkit.sim.cache import PromptCache
 from contextkit.sim.config import (
     BODY_FAULTS,
     CONFIG_KEYS,
-    ERROR_TEXT,
     FAULT_KINDS,
-    REFUSAL,
-    SHORT_SUMMARY,
     SIM_MODEL,
     STREAM_FAULTS,
     SUMMARY_MODES,
+    FaultBody,
     RequestRecord,
     SimConfig,
 )
-from contextkit.sim.gate import StreamGate, peer_gone
-from contextkit.sim.model import CONTINUATION_TRIGGER, SUMMARY_TRIGGERS, Conversation, Reply, ScriptedModel
-from contextkit.sizing import text_tokens, truncate_to_tokens
+from contextkit.sim.gate import StreamGate
+from contextkit.sim.gateway import Outcome
+from contextkit.sim.handler import SimHandler, SimServer, serve_post
 
 __all__ = ["FAULT_KINDS", "SUMMARY_MODES", "GatewaySimulator", "RequestRecord", "SimConfig", "StreamGate"]
-
-FaultBody = str | Mapping[str, Any] | None  # the body of a "400" / "422" fault (see fail_next)
-
-
-@dataclass
-class _Outcome:
-    response: wire.Response
-    reason: str = "ok"
-    tokens: int = 0
-    stream: bool = False
-    model: str = ""
-    kind: str = "turn"
-    sleep_then_drop: float = 0.0
-    gate: StreamGate | None = None
-    cache: CacheUse | None = None
-    completion_tokens: int = 0
 
 
 class GatewaySimulator:
@@ -77,14 +59,14 @@ class GatewaySimulator:
         self.record_bodies = record_bodies
         self.host, self._port = host, port
         self._gate: StreamGate | None = None
-        self._server: ThreadingHTTPServer | None = None
+        self._server: SimServer | None = None
         self._thread: threading.Thread | None = None
 
     # lifecycle ---------------------------------------------------------------------------------
     def start(self) -> GatewaySimulator:
         if self._server is not None:
             return self
-        server = _Server((self.host, self._port), _Handler)
+        server = SimServer((self.host, self._port), SimHandler)
         server.daemon_threads = True
         server.sim = self  # type: ignore[attr-defined]
         self._server = server
@@ -219,6 +201,10 @@ class GatewaySimulator:
                     return kind, body
         return None
 
+    def _stream_gate(self) -> StreamGate | None:
+        with self._lock:
+            return self._gate
+
     # log ---------------------------------------------------------------------------------------
     @property
     def requests(self) -> list[RequestRecord]:
@@ -244,7 +230,7 @@ class GatewaySimulator:
             self._seq += 1
             return self._seq
 
-    def _record(self, seq: int, route: str, path: str, body: bytes, out: _Outcome) -> None:
+    def _record(self, seq: int, route: str, path: str, body: bytes, out: Outcome) -> None:
         status = 0 if out.response.drop or out.sleep_then_drop else out.response.status
         rec = RequestRecord(
             seq=seq, route=route, path=path, bytes=len(body), tokens=out.tokens, status=status,
@@ -259,205 +245,6 @@ class GatewaySimulator:
             if self.record_bodies:
                 self._bodies[seq] = body
 
-    # request handling ----------------------------------------------------------------------------
-    def _process(self, route: str, body: bytes, cfg: SimConfig, seq: int) -> _Outcome:
-        # unparsed (rejected by the cap): guess the kind from the raw bytes
-        kind = "summary" if any(t.encode() in body for t in SUMMARY_TRIGGERS) else "turn"
-        if cfg.max_body is not None and len(body) > cfg.max_body:
-            resp = faults.gateway_reject(route, cfg.reject_with, len(body), cfg.max_body)
-            return _Outcome(resp, f"body {len(body)} > cap {cfg.max_body}", kind=kind)
-        try:
-            data = json.loads(body)
-            conv = wire.parse_anthropic(data) if route == wire.ANTHROPIC else wire.parse_openai(data)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            return _Outcome(
-                faults.bad_request(route, f"could not parse the request body: {exc}"), "bad request", kind=kind
-            )
-        stream = bool(data.get("stream"))
-        blocks = wire.prompt_blocks(route, data)
-        tokens = wire.PRIMING_TOKENS + sum(b.tokens for b in blocks)
-        is_summary = conv.is_summary  # parsed: only the last user message decides
-        kind = "summary" if is_summary else "turn"
-        out = _Outcome(wire.Response(), "ok", tokens, stream, str(data.get("model", "")), kind)
-        taken = self._take_fault(stream)
-        fault, fault_body = taken if taken is not None else (None, None)
-        if fault is not None:
-            out.reason = f"fault:{fault}"
-            window = cfg.context_window or max(1, tokens - 1)
-            if fault == "overflow":
-                out.response = faults.overflow(route, cfg.overflow_style, max(tokens, window + 1), window)
-            elif fault in faults.REJECT_MODES:
-                out.response = faults.gateway_reject(route, fault, len(body), cfg.max_body)
-            elif fault in ("429", "500", "auth401", "auth403"):
-                out.response = faults.simple_fault(route, fault)
-            elif fault == "timeout":
-                out.sleep_then_drop = cfg.timeout_sleep
-            elif fault in BODY_FAULTS:
-                out.response = faults.client_error(route, fault_body, int(fault))
-            if fault not in ("stream_drop", "stream_error", "length"):
-                return out
-        if cfg.context_window is not None and tokens > cfg.context_window and fault is None:
-            out.reason = f"context {tokens} > window {cfg.context_window}"
-            out.response = faults.overflow(route, cfg.overflow_style, tokens, cfg.context_window)
-            if stream and cfg.empty_stream_on_overflow:  # llama.cpp: 200, an event stream with no events
-                out.reason += " (empty stream)"
-                out.response = wire.Response(200, content_type="text/event-stream", chunks=())
-            return out
-        last = conv.last_user
-        if cfg.refuse_continuation and last is not None and CONTINUATION_TRIGGER in last.text and fault is None:
-            out.reason = "continuation refused"
-            out.response = faults.bad_request(route, "This deployment does not accept continuation requests.")
-            return out
-        if is_summary and cfg.summary_mode != "extract" and fault is None:
-            if cfg.summary_mode == "fail":
-                out.reason = "summary_mode:fail"
-                out.response = faults.server_error(route, "The summarizer model failed: internal error.")
-                return out
-            if cfg.summary_mode == "timeout":
-                out.reason, out.sleep_then_drop = "summary_mode:timeout", cfg.timeout_sleep
-                return out
-        if cfg.latency:
-            time.sleep(cfg.latency)
-        reply = self._reply(conv, cfg, is_summary)
-        limits = [n for n in (cfg.max_output_tokens, data.get("max_tokens"), data.get("max_completion_tokens")) if n]
-        if fault == "length":
-            limits.append(5)
-        reply = _cap_reply(reply, min(limits) if limits else None)
-        if cfg.prompt_cache:  # the provider read the prompt: its prefix is cached from here on
-            anthropic = route == wire.ANTHROPIC
-            out.cache = self.cache.use(
-                blocks, namespace=f"{route}:{out.model}", breakpoints=anthropic,
-                priming=wire.PRIMING_TOKENS, granularity=1 if anthropic else 128,
-            )  # fmt: skip
-        out.completion_tokens = text_tokens(reply.text)
-        out.response = self._render(route, reply, out, fault, seq)
-        if stream and kind == "turn":
-            with self._lock:
-                gate = self._gate
-            out.gate = gate if gate is not None and not gate.released else None
-        return out
-
-    def _reply(self, conv: Conversation, cfg: SimConfig, is_summary: bool) -> Reply:
-        if is_summary and cfg.summary_mode != "extract":
-            text = {"refuse": REFUSAL, "short": SHORT_SUMMARY, "error_text": ERROR_TEXT}[cfg.summary_mode]
-            return Reply(text)
-        return ScriptedModel(agent=cfg.agent).reply(conv)
-
-    def _render(self, route: str, reply: Reply, out: _Outcome, fault: str | None, seq: int) -> wire.Response:
-        model = out.model or SIM_MODEL
-        if not out.stream:
-            render = wire.anthropic_reply if route == wire.ANTHROPIC else wire.openai_reply
-            return wire.json_response(200, render(reply, model, out.tokens, seq, out.cache))
-        stream = wire.anthropic_stream if route == wire.ANTHROPIC else wire.openai_stream
-        chunks = list(stream(reply, model, out.tokens, seq, out.cache))
-        if fault in STREAM_FAULTS:
-            head = chunks[: max(2, min(5, len(chunks) - 3))]
-            tail = [wire.stream_error_event(route)] if fault == "stream_error" else []
-            return wire.Response(
-                200, content_type="text/event-stream", chunks=tuple(head + tail), drop_after_chunks=True
-            )
-        return wire.Response(200, content_type="text/event-stream", chunks=tuple(chunks))
-
-    def handle(self, handler: _Handler) -> None:
-        path = handler.path.split("?", 1)[0].rstrip("/")
-        route = wire.ANTHROPIC if path.endswith("/messages") else wire.OPENAI
-        seq = self._next_seq()
-        length = int(handler.headers.get("Content-Length") or 0)
-        body = handler.rfile.read(length) if length > 0 else b""
-        cfg = self.config
-        if not (path.endswith(("/chat/completions", "/messages"))):
-            out = _Outcome(faults.not_found(route, path), "not found")
-        else:
-            try:
-                out = self._process(route, body, cfg, seq)
-            except Exception as exc:  # noqa: BLE001 - a bug in the sim must still answer, not hang the client
-                out = _Outcome(faults.server_error(route, f"simulator error: {type(exc).__name__}: {exc}"), "sim error")
-        self._record(seq, route, path, body, out)
-        if out.sleep_then_drop:
-            time.sleep(out.sleep_then_drop)
-            return
-        _send(handler, out.response, out.gate, route == wire.ANTHROPIC)
-
-
-def _cap_reply(reply: Reply, limit: int | None) -> Reply:
-    """Cut the reply to ``limit`` tokens; a cut reply loses its tool calls and ends with "length"."""
-    if limit is None or text_tokens(reply.text) + sum(text_tokens(c.arguments) for c in reply.tool_calls) <= limit:
-        return reply
-    return Reply(truncate_to_tokens(reply.text, limit), (), "length")
-
-
-def _send(
-    handler: BaseHTTPRequestHandler, resp: wire.Response, gate: StreamGate | None = None, anthropic: bool = False
-) -> None:
-    if resp.drop:
-        handler.close_connection = True
-        return
-    try:
-        handler.send_response(resp.status)
-        handler.send_header("Content-Type", resp.content_type)
-        for name, value in resp.headers:
-            handler.send_header(name, value)
-        if resp.chunks is None:
-            handler.send_header("Content-Length", str(len(resp.body)))
-            handler.end_headers()
-            handler.wfile.write(resp.body)
-            return
-        handler.send_header("Cache-Control", "no-cache")
-        handler.end_headers()
-        hold_at = gate.hold_at(anthropic, len(resp.chunks)) if gate is not None else -1
-        if gate is not None and hold_at < len(resp.chunks):
-            gate.arrive()
-        else:
-            gate = None  # too short to hold (an empty stream)
-        for i, chunk in enumerate(resp.chunks):
-            if i == hold_at and gate is not None:
-                handler.wfile.flush()
-                gate.hold()
-                if peer_gone(handler.connection):
-                    gate.finish(peer_closed=True)
-                    gate = None
-                    return
-            handler.wfile.write(chunk)
-            handler.wfile.flush()
-    except (BrokenPipeError, ConnectionResetError):
-        if gate is not None:
-            gate.finish(peer_closed=True)
-            gate = None
-        # otherwise the client gave up (timeout) - nothing to answer
-    finally:
-        if gate is not None:
-            gate.finish(peer_closed=False)
-
-
-class _Server(ThreadingHTTPServer):
-    # The stdlib default backlog of 5 resets connections when many clients (tests, sweeps) connect at once.
-    request_queue_size = 256
-    daemon_threads = True
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"  # one request per connection: "drop" and SSE end by closing
-    server_version = "contextkit-sim/0.1"
-
-    @property
-    def sim(self) -> GatewaySimulator:
-        return self.server.sim  # type: ignore[attr-defined,no-any-return]
-
-    def do_POST(self) -> None:
-        self.sim.handle(self)
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0].rstrip("/")
-        if path == "/health":
-            payload: Any = {"status": "ok", "api_base": self.sim.api_base}
-        elif path == "/log":
-            payload = [asdict(r) for r in self.sim.requests]
-        elif path in ("/v1/models", "/models"):
-            payload = {"object": "list", "data": [{"id": SIM_MODEL, "object": "model", "owned_by": "contextkit"}]}
-        else:
-            _send(self, faults.not_found(wire.OPENAI, path))
-            return
-        _send(self, wire.json_response(200, payload))
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # quiet: the request log is the record
+    # request handling (contextkit.sim.handler, contextkit.sim.gateway) ---------------------------
+    def handle(self, handler: BaseHTTPRequestHandler) -> None:
+        serve_post(self, handler)
