@@ -41,9 +41,8 @@ from contextkit.evidence import Lesson, judge
 from contextkit.flowctx import Effect, Flow, FlowContext, emit_history, measure
 from contextkit.learning import after_clean_turn, restore_budgets
 from contextkit.messages import Message
-from contextkit.model_request import attempt_record, send_request
+from contextkit.model_request import attempt_record, request_body, send_request
 from contextkit.preflight import (
-    _body,
     check_known_floor,
     compact_if_needed,
     known_to_fail,
@@ -155,7 +154,7 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
             yield from recover(ctx, None, sent, episode.level + 1, episode, refusal=refusal)
             episode.level += 1
             continue
-        body = _body(request.wire, ctx.tools)
+        body = request_body(request.wire, ctx.tools)
         digest = hashlib.sha256(body).hexdigest()
         sample = ctx.probe.feed(body)
         st.stats.cache_breaks += sample.cache_break

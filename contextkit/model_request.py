@@ -1,5 +1,6 @@
 """One model request of the turn flow: the ``CallModel`` effect, its counters, the classification of
-a failure and the ``RequestEvent`` that records it (no IO: the driver answers the effect)."""
+a failure and the ``RequestEvent`` that records it, and the body the prefix probe and the request
+digest see (no IO: the driver answers the effect)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from contextkit.classify import Failure, FailureKind, classify_failure
 from contextkit.effects import CallModel, ModelFailure, ModelReply
 from contextkit.events import RequestEvent
 from contextkit.flowctx import FlowContext
-from contextkit.sizing import Measure
+from contextkit.sizing import Measure, dumps
 
 
 def attempt_record(failure: Failure, level: int, sent: Measure) -> dict[str, Any]:
@@ -81,3 +82,9 @@ def record_request(
             append_only=sample.append_only,
         )
     )
+
+
+def request_body(messages: list[dict[str, Any]], tools: Any) -> bytes:
+    """The request body's messages and tools as sent (for the prefix probe and the request digest)."""
+    # Tools first: providers put the tool schemas ahead of the messages in the cached prompt prefix.
+    return dumps({"tools": tools, "messages": messages}).encode("utf-8", "surrogatepass")

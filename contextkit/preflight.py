@@ -26,7 +26,7 @@ from contextkit.policy.microcompact import MicrocompactConfig
 from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, original_of
 from contextkit.policy.pairing import repair_tool_pairing
 from contextkit.policy.pressure import PressureConfig, relieve_pressure
-from contextkit.sizing import MB, Measure, dumps, format_size, message_bytes
+from contextkit.sizing import MB, Measure, format_size, message_bytes
 from contextkit.summary_evidence import watch_summaries
 
 NO_CAP_WARNING_BYTES = int(2.5 * MB)
@@ -340,9 +340,3 @@ def request_for(ctx: FlowContext, out: Sequence[Message], sent: Measure) -> Requ
         replace(sent, bytes=sent.bytes + breakpoint_bytes(positions)),
         tuple(out[: anchor + 1]) if anchor is not None else (),
     )
-
-
-def _body(messages: list[dict[str, Any]], tools: Any) -> bytes:
-    """The request body's messages and tools as sent (for the prefix probe and the request digest)."""
-    # Tools first: providers put the tool schemas ahead of the messages in the cached prompt prefix.
-    return dumps({"tools": tools, "messages": messages}).encode("utf-8", "surrogatepass")
