@@ -117,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scheduler", default=None, help="address of a running dask.distributed scheduler")
     parser.add_argument("--out", default="results/peers.parquet", help="rewritten after every finished run")
     parser.add_argument("--max-wall", type=float, default=900.0, help="a run's wall-time budget in s ('timeout' after)")
+    parser.add_argument(
+        "--stall",
+        type=float,
+        default=None,
+        help="seconds with no finished run after which pending runs become 'timeout' rows "
+        "(default: 2 x --max-wall; a worker hung inside one turn cannot stall the grid)",
+    )
     parser.add_argument("--load", default=None, help="print the table of a saved results file and exit")
     args = parser.parse_args(argv)
     if args.load:
@@ -136,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     executor, client, cluster = _executor(args)
     try:
-        results = run_specs(specs, executor=executor, checkpoint=args.out)  # type: ignore[arg-type]
+        results = run_specs(
+            specs, executor=executor, checkpoint=args.out, stall_timeout=args.stall or 2 * args.max_wall
+        )  # type: ignore[arg-type]
     finally:
         for closable in (client, cluster):
             if closable is not None:

@@ -204,3 +204,34 @@ def test_experiment_cli_writes_parquet_and_an_offline_html_report(
     assert report.run_experiment_cli(["smoke", "--seeds", "0"]) == 2
     with pytest.raises(SystemExit):
         report.run_experiment_cli(["no-such-sweep"])
+
+
+def test_a_hung_run_cannot_stall_the_sweep(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A worker stuck inside one turn (where ``max_wall_s`` cannot stop it) must not hang the grid:
+    after ``stall_timeout`` with no finished run, the pending runs become ``timeout`` rows."""
+    import threading
+
+    from contextkit.experiments import runner
+
+    release = threading.Event()
+    specs = [runner.RunSpec("none", GatewaySpec(), seed, 2) for seed in (0, 1)]
+
+    def fake_run_one(spec: runner.RunSpec) -> dict[str, Any]:
+        if spec.seed == 1:
+            release.wait(60)  # hung until the test lets it go
+        row = runner.crash_row(spec, RuntimeError("unused"))
+        row.update(completed=True, outcome="completed", error=None)
+        return row
+
+    monkeypatch.setattr(runner, "run_one", fake_run_one)
+    path = tmp_path / "grid.parquet"
+    with cf.ThreadPoolExecutor(2) as pool:
+        try:
+            df = runner.run_specs(specs, executor=pool, progress=False, checkpoint=path, stall_timeout=1.0)
+        finally:
+            release.set()
+    assert df["outcome"].to_list() == ["completed", "timeout"]
+    assert "stalled" in df["error"][1]
+    assert load_results(path)["outcome"].to_list() == ["completed", "timeout"]
+    with pytest.raises(ValueError, match="stall_timeout"):
+        runner.run_specs(specs, executor=pool, progress=False, stall_timeout=0)

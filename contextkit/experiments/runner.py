@@ -271,6 +271,13 @@ def crash_row(spec: RunSpec, exc: BaseException) -> dict[str, Any]:
     return row
 
 
+def stalled_row(spec: RunSpec, waited_s: float) -> dict[str, Any]:
+    """The row of a run still pending when the sweep stalled (no run finished for ``waited_s``)."""
+    row = crash_row(spec, TimeoutError())
+    row.update(outcome="timeout", error=f"timeout: stalled - no run of the sweep finished for {waited_s:g} s")
+    return row
+
+
 def default_executor(max_workers: int | None = None) -> cf.Executor:
     """A local process pool with spawned workers (safe with the threads litellm and the simulator
     start). When ``__main__`` cannot be re-imported by a spawned worker (``python -`` or ``-c``),
@@ -328,40 +335,63 @@ def run_specs(
     progress: bool | Any = True,
     events: list[dict[str, Any]] | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
+    stall_timeout: float | None = None,
 ) -> pl.DataFrame:
     """Run the given runs (any mix of strategies, gateways, seeds and turns) like ``run_sweep``;
     rows in the order of ``specs``. ``checkpoint``: a ``.parquet`` path rewritten (atomically) with
-    every run finished so far, so an interrupted or stalled grid still leaves usable results."""
+    every run finished so far, so an interrupted or stalled grid still leaves usable results.
+    ``stall_timeout``: when no run finishes for that many seconds (a worker hung inside a turn, where
+    ``RunSpec.max_wall_s`` cannot stop it), the runs still pending become ``timeout`` rows and the
+    sweep returns instead of waiting for ever."""
+    if stall_timeout is not None and not stall_timeout > 0:
+        raise ValueError(f"stall_timeout must be a positive number of seconds or None, got {stall_timeout!r}")
     owned = executor is None
     pool = default_executor() if executor is None else executor
     bar = make_progress(len(specs), progress)
     rows: dict[int, dict[str, Any]] = {}
+    stalled = False
     try:
         futures = {pool.submit(run_one, spec): i for i, spec in enumerate(specs)}
-        for future in cf.as_completed(futures):
-            i = futures[future]
-            try:
-                rows[i] = future.result()
-            except cf.BrokenExecutor as exc:
-                raise RuntimeError(
-                    f"the sweep's executor broke while running {specs[i].run_id} ({exc}); "
-                    "check that its workers can import contextkit and have memory to spare"
-                ) from exc
-            except Exception as exc:  # noqa: BLE001 - one crashed run must not lose the whole sweep
-                rows[i] = crash_row(specs[i], exc)
+        pending = set(futures)
+        while pending:
+            done, pending = cf.wait(pending, timeout=stall_timeout, return_when=cf.FIRST_COMPLETED)
+            if not done:
+                stalled = True
+                for future in pending:
+                    future.cancel()
+                    rows[futures[future]] = stalled_row(specs[futures[future]], stall_timeout or 0.0)
+                break
+            for future in done:
+                i = futures[future]
+                rows[i] = _row_of(future, specs[i])
+                bar.set_postfix_str(specs[i].run_id, refresh=False)
+                bar.update(1)
             if checkpoint is not None:
                 save_results(_frame([rows[j] for j in sorted(rows)]), checkpoint)
-            bar.set_postfix_str(specs[i].run_id, refresh=False)
-            bar.update(1)
+        if stalled and checkpoint is not None:
+            save_results(_frame([rows[j] for j in sorted(rows)]), checkpoint)
     finally:
         bar.close()
         if owned:
-            pool.shutdown(wait=True, cancel_futures=True)
+            # a stalled worker would keep shutdown(wait=True) waiting for ever
+            pool.shutdown(wait=not stalled, cancel_futures=True)
     ordered = [rows[i] for i in range(len(specs))]
     if events is not None:
         for row in ordered:
             events.extend(row.pop("events", []))
     return _frame(ordered)
+
+
+def _row_of(future: cf.Future[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
+    try:
+        return future.result()
+    except cf.BrokenExecutor as exc:
+        raise RuntimeError(
+            f"the sweep's executor broke while running {spec.run_id} ({exc}); "
+            "check that its workers can import contextkit and have memory to spare"
+        ) from exc
+    except Exception as exc:  # noqa: BLE001 - one crashed run must not lose the whole sweep
+        return crash_row(spec, exc)
 
 
 def _frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
