@@ -88,6 +88,9 @@ session = Session(
     archive=Archive(workdir / "tour.sqlite", session_id="tour"),
     tools=list(workspace.tools.values()),
     session_id="tour",
+    # the simulator is free; price its traffic as a real model (with its prompt-cache prices) so the
+    # dashboard's cost line shows what this session would cost there. A real provider prices itself.
+    price_as=None if PROVIDER else "openai/gpt-4.1",
     # status lines (phases, notices): in a notebook they go to the dashboard's status log, or to one
     # collapsible block per cell; in a terminal to stderr. Pass status=print or a list's append to choose.
 )
