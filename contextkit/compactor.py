@@ -230,7 +230,8 @@ class Compactor(SummaryLevel):
 
     def _level3(self, run: Pass, info: CompactionInfo) -> None:
         since = (len(run.history), run.bytes, run.tokens())
-        self._emit(run, info, "truncate", "Emergency truncation - old messages dropped", "running", 3)
+        text = "Last resort (level 3): drop old messages, else cut the biggest - all archived first"
+        self._emit(run, info, "truncate", text, "running", 3)
         new, report = truncate.emergency_truncate(
             run.history, keep=self.limits.emergency_keep_messages, archive=self.archive
         )
