@@ -364,10 +364,10 @@ def run_specs(
             for future in done:
                 i = futures[future]
                 rows[i] = _row_of(future, specs[i])
+                if checkpoint is not None:
+                    save_results(_frame([rows[j] for j in sorted(rows)]), checkpoint)
                 bar.set_postfix_str(specs[i].run_id, refresh=False)
                 bar.update(1)
-            if checkpoint is not None:
-                save_results(_frame([rows[j] for j in sorted(rows)]), checkpoint)
         if stalled and checkpoint is not None:
             save_results(_frame([rows[j] for j in sorted(rows)]), checkpoint)
     finally:
