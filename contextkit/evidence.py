@@ -13,8 +13,9 @@ outcome here and asks ``judge`` what a classified failure means before it change
   request dropped again after smaller requests to the endpoint succeeded (or above 500 KB, the
   classifier's hint), any drop above the largest accepted body once the endpoint has shown that
   it drops bodies for their size. The flow learns the limit, compacts and resends.
-* **fail** - anything else (schema 400, unknown parameter, auth, output budget): nothing learned,
-  nothing rewritten.
+* **fail** - anything else (schema 400, unknown parameter, auth, output budget), and a WAF page
+  refusing the *same* request again when it is clearly smaller than a body the endpoint accepted
+  (a firewall rule about its content, not a size limit): nothing learned, nothing rewritten.
 
 A rejection the flow learned from is *binding*: no later request of the session to that endpoint
 may be at least that big (``EndpointEvidence.ceiling``), unless ``Session.reset_limits`` forgets it.
@@ -156,6 +157,15 @@ def judge(ev: EndpointEvidence, failure: Failure, *, sent_bytes: int, seen: int,
                 f"{format_size(ev.largest_accepted)} earlier this session - not a size limit; retrying once"
             )
             return Verdict(Lesson.RETRY, replace(failure, kind=FailureKind.TRANSIENT, reason=why), why, once=True)
+        if kind == FailureKind.WAF_REJECTION and sent_bytes < STRAY_BELOW * ev.largest_accepted:
+            # A WAF that refuses the same small body again, after letting a much larger one through,
+            # objects to its content: shrinking the session for it would cripple it for nothing.
+            why = (
+                f"the gateway's firewall ({gateway_how(failure)}) refused the same {format_size(sent_bytes)} request "
+                f"twice but accepted {format_size(ev.largest_accepted)} earlier this session - it objects to the "
+                "request's content, not its size (rephrase or remove what it blocks)"
+            )
+            return Verdict(Lesson.FAIL, replace(failure, kind=FailureKind.OTHER, reason=why), why)
         return Verdict(Lesson.RECOVER, failure, f"gateway rejected a {format_size(sent_bytes)} request")
     if kind == FailureKind.CONTEXT_OVERFLOW:
         if seen == 0 and sent_tokens < STRAY_BELOW * ev.largest_accepted_tokens:

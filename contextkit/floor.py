@@ -9,6 +9,7 @@ truncation can actually keep: when the floor fits a limit, compaction can get un
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from contextkit.flowctx import FlowContext, measure
 from contextkit.messages import Message, newest_request_index
@@ -19,9 +20,8 @@ from contextkit.policy.truncate import emergency_truncate
 from contextkit.sizing import Measure, format_size, request_bytes
 
 
-def minimal_history(ctx: FlowContext, history: Sequence[Message]) -> list[Message]:
-    """What recovery can reduce ``history`` to at most (nothing is archived)."""
-    dry = StagedSink(ctx.archive)  # never committed: the dry run stores nothing
+def minimal_history(ctx: FlowContext, history: Sequence[Message], dry: StagedSink) -> list[Message]:
+    """What recovery can reduce ``history`` to at most (``dry`` is never committed: nothing is archived)."""
     lim = ctx.state.limits
     out = list(history)
     i = newest_request_index(out)
@@ -39,8 +39,19 @@ def minimal_history(ctx: FlowContext, history: Sequence[Message]) -> list[Messag
     return out
 
 
-def floor_measure(ctx: FlowContext) -> Measure:
-    return measure(ctx, minimal_history(ctx, ctx.state.history))
+def floor_measure(ctx: FlowContext, history: Sequence[Message] | None = None) -> Measure:
+    """The smallest request: the minimal history, with the recall schema when reaching it archives
+    something (the recall tool is offered from the request after the first archive write)."""
+    out, tools = _floor_request(ctx, ctx.state.history if history is None else history)
+    return ctx.meter.measure(out, tools=tools or None, **ctx.params)
+
+
+def _floor_request(ctx: FlowContext, history: Sequence[Message]) -> tuple[list[Message], list[dict[str, Any]]]:
+    dry = StagedSink(ctx.archive)
+    out = minimal_history(ctx, history, dry)
+    if ctx.recall_tool is not None and (dry.staged or ctx.archived):
+        return out, [*ctx.tools, ctx.recall_tool]
+    return out, ctx.tools
 
 
 def floor_text(ctx: FlowContext, limit_text: str, floor: Measure, *, tokens: bool = False) -> str:
@@ -51,7 +62,8 @@ def floor_text(ctx: FlowContext, limit_text: str, floor: Measure, *, tokens: boo
     empty = request_bytes([], model=model, **params)
     systems = [m for m in st.history if m.role == "system"]
     system = request_bytes(systems, model=model, **params) - empty if systems else 0
-    schemas = request_bytes([], tools=ctx.tools, model=model, **params) - empty if ctx.tools else 0
+    _, tools = _floor_request(ctx, st.history)  # the recall schema too, when reaching the floor archives
+    schemas = request_bytes([], tools=tools, model=model, **params) - empty if tools else 0
     i = newest_request_index(st.history)
     newest = original_of(st.history[i], ctx.archive) if i is not None else None
     parts, fixes = [], []
@@ -59,7 +71,7 @@ def floor_text(ctx: FlowContext, limit_text: str, floor: Measure, *, tokens: boo
         parts.append(f"the system prompt is {format_size(system)}")
         fixes.append("shorten the system prompt (or drop skills/personas)")
     if schemas:
-        user_tools = [t for t in ctx.tools if t.get("function", {}).get("name") != "recall"]
+        user_tools = [t for t in tools if t.get("function", {}).get("name") != "recall"]
         parts.append(f"the tool schemas are {format_size(schemas)}" + ("" if user_tools else " (the recall tool)"))
         if user_tools:
             fixes.append("register fewer tools or shorter tool descriptions")

@@ -223,9 +223,9 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
                 continue
             if verdict.lesson == Lesson.FAIL:
                 raise ProviderError(
-                    f"request failed: {failure.reason}. This is not a size problem, so nothing was compacted and no "
-                    "limit was learned; the history is as it was before this turn.",
-                    failure=failure,
+                    f"request failed: {verdict.failure.reason}. This is not a size problem, so this failure compacted "
+                    "nothing and taught no limit; the history is as it was before this turn.",
+                    failure=verdict.failure,
                 ) from outcome.error
             turn.size_failures += 1
             _give_up_if_exhausted(ctx, episode, turn, before, verdict.failure, sent, "", outcome.error)

@@ -184,7 +184,10 @@ def fit_newest_message(ctx: FlowContext) -> None:
     fitted = measure(ctx, [*systems, excerpt])
     if (st.cap and fitted.bytes > st.cap) or fitted.tokens >= tokens_limit:
         tokens = not (st.cap and fitted.bytes > st.cap)
-        limit = f"The {what}" if not tokens else f"The model's window is {tokens_limit:,} tokens"
+        limit = what[0].upper() + what[1:] if not tokens else f"The model's window is {tokens_limit:,} tokens"
+        # report the smallest request this history can reach (the rest of it, the recall schema), not the excerpt alone
+        floor = floor_measure(ctx, [*st.history[:i], excerpt, *st.history[i + 1 :]])
+        fitted = floor if (floor.tokens if tokens else floor.bytes) > (fitted.tokens if tokens else fitted.bytes) else fitted
         raise PayloadFloorError(
             floor_text(ctx, limit, fitted, tokens=tokens),
             base_bytes=fitted.bytes,

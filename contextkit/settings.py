@@ -142,7 +142,8 @@ class Limits:
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise ConfigError(f"Limits.{f.name} must be a finite number, got {value!r}")
             if value < 0 or (value == 0 and f.name not in _ZERO_OK):
-                raise ConfigError(f"Limits.{f.name} must be greater than zero, got {value!r}")
+                least = "zero or more" if f.name in _ZERO_OK else "greater than zero"
+                raise ConfigError(f"Limits.{f.name} must be {least}, got {value!r}")
         shares = (
             "pressure_trigger",
             "pressure_target",
