@@ -187,7 +187,8 @@ class Session(SessionViews, SessionControls):
             raise InvalidMessageError(
                 f"add_messages() takes a list of messages (dicts or Message), got {type(messages).__name__}"
             )
-        with self._lock:
+        # refused mid-turn (a stream not yet consumed, a tool): the turn's rollback would drop them
+        with self._lock, self._turn("add_messages"):
             # validate every message before appending any: a bad one leaves the history untouched
             self._state.history.extend([from_wire(m, index=i) for i, m in enumerate(messages)])
             emit_history(self._context(), "user")
@@ -199,7 +200,7 @@ class Session(SessionViews, SessionControls):
         API keys and other litellm keyword arguments are never written. An in-memory archive is copied
         to ``<name>.archive.sqlite`` next to the file (with a warning), so loading finds every marker.
         """
-        with self._lock:
+        with self._lock, self._turn("save"):  # never a half-made turn on disk
             return save_session(self, path)
 
     @classmethod

@@ -19,8 +19,9 @@ The default run is bounded (a fixed set of examples, well under a minute); ``-m 
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -30,6 +31,7 @@ from logcheck import assert_known_limits_respected
 
 from contextkit import Limits
 from contextkit.archive import Archive
+from contextkit.effects import Reply
 from contextkit.errors import ContextkitError
 from contextkit.events import LimitEvent
 from contextkit.policy.expand import expand_markers
@@ -68,7 +70,10 @@ turns = st.lists(
 )
 
 
-def run_sequence(gw: GatewaySimulator, gateway: dict[str, Any], plan: list[Any], seed: int) -> None:
+def run_sequence(
+    gw: GatewaySimulator, gateway: dict[str, Any], plan: list[Any], seed: int, loops: Sequence[str] = ("send",)
+) -> None:
+    """``loops``: the loop of turn i is ``loops[i % len(loops)]`` (send, stream or astream)."""
     gw.reset(timeout_sleep=0.3, **gateway)
     ws = Workspace(seed=seed, target_bytes=14_000)
     produced: list[str] = []
@@ -121,7 +126,7 @@ def run_sequence(gw: GatewaySimulator, gateway: dict[str, Any], plan: list[Any],
         if fault:
             gw.fail_next(fault, times, body=SCHEMA_400 if fault == "400" else None)
         try:
-            reply = session.send(text)
+            reply = run_turn(session, loops[i % len(loops)], text)
             ok = True
         except ContextkitError:
             ok = False
@@ -153,6 +158,29 @@ def run_sequence(gw: GatewaySimulator, gateway: dict[str, Any], plan: list[Any],
             assert not learned, f"turn {i}: a non-size failure changed limits: {learned}"
             assert limit_state(session)[1:] == limits_before[1:]  # the window; budgets back after any episode
             assert session.payload_cap == limits_before[0] or session.payload_cap > (limits_before[0] or 0)
+
+
+def run_turn(session: Session, loop: str, text: str) -> Reply:
+    """One turn in ``loop``; a streamed turn shows its tool rounds' text, then exactly its reply."""
+    if loop == "send":
+        return session.send(text)
+    rounds: list[str] = []
+    unsubscribe = session.events.subscribe(lambda e: rounds.append(e.text) if getattr(e, "kind", "") == "tool_round" else None)
+    if loop == "stream":
+        stream = session.stream(text)
+        deltas = list(stream)
+    else:
+
+        async def consume() -> tuple[list[str], Any]:
+            stream = session.astream(text)
+            return [d async for d in stream], stream
+
+        deltas, stream = asyncio.run(consume())
+    unsubscribe()
+    shown = "".join(deltas)
+    assert stream.reply is not None and shown.endswith(stream.reply.text)
+    assert shown[: len(shown) - len(stream.reply.text)] == "".join(t + ("" if t.endswith("\n") or not t else "\n") for t in rounds)
+    return stream.reply
 
 
 def limit_state(session: Session) -> tuple[Any, ...]:

@@ -14,11 +14,11 @@ from contextkit.sizing import parse_size
 SUMMARY_MODES = ("extract", "refuse", "short", "error_text", "fail", "timeout")
 FAULT_KINDS = (
     "overflow", "413", "413-html", "waf403", "bedrock403", "drop", "429", "500",
-    "timeout", "auth401", "auth403", "stream_drop", "stream_error", "length", "400", "422",
+    "timeout", "auth401", "auth403", "stream_drop", "stream_error", "empty_stream", "length", "400", "422",
 )  # fmt: skip
 BODY_FAULTS = ("400", "422")  # answered with the body given to fail_next(kind, body=...)
 FaultBody = str | Mapping[str, Any] | None  # the body of a "400" / "422" fault (see fail_next)
-STREAM_FAULTS = ("stream_drop", "stream_error")
+STREAM_FAULTS = ("stream_drop", "stream_error", "empty_stream")  # empty_stream: 200, an event stream with no events
 SIM_MODEL = "sim-model"
 REFUSAL = "I'm sorry, but I can't help with summarizing this conversation."
 SHORT_SUMMARY = "## Summary\n- ok"

@@ -88,6 +88,8 @@ def respond(sim: Upstream, route: str, body: bytes, cfg: SimConfig, seq: int) ->
             out.sleep_then_drop = cfg.timeout_sleep
         elif fault in BODY_FAULTS:
             out.response = faults.client_error(route, fault_body, int(fault))
+        elif fault == "empty_stream":  # a one-off of what llama.cpp sends on overflow
+            out.response = wire.Response(200, content_type="text/event-stream", chunks=())
         if fault not in ("stream_drop", "stream_error", "length"):
             return out
     if cfg.context_window is not None and tokens > cfg.context_window and fault is None:
