@@ -198,6 +198,16 @@ def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: i
                 # The provider refuses to continue the interrupted answer: void it and ask again.
                 yield from answer.void(ctx, failure, stream)
                 continue
+            if verdict.lesson == Lesson.FAIL and answer.parts and not answer.interrupted:
+                # The provider refuses to continue an answer cut at max_tokens: keep it as it is (what a
+                # turn without escalation returns) rather than fail the turn and lose it.
+                ctx.notify(
+                    "continuation_refused",
+                    f"the provider refused to continue the answer cut at max_tokens ({failure.reason}); "
+                    "the reply is the answer so far (finish_reason=length)",
+                    "warning",
+                )
+                return _finish(ctx, turn, ModelReply("", finish_reason="length"), out)
             if verdict.lesson == Lesson.RETRY:
                 # a request's one retry before its failure counts as evidence; bounded per turn all the same
                 once = verdict.once and turn.once_retries <= 2 * st.limits.max_recovery_attempts

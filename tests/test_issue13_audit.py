@@ -343,3 +343,35 @@ def test_a_one_off_empty_stream_is_read_by_the_unstreamed_probe_and_shown_once(g
     assert session.payload_cap is None and session.context_window == 1_000_000
     assert [m.content for m in session.history][-2:] == [question, long_text(40)]
     assert kinds(session)[-1] == "done"
+
+
+@pytest.mark.parametrize("loop", ["send", "stream", "astream"])
+def test_a_refused_continuation_after_a_length_cut_keeps_the_answer_so_far(gw: GatewaySimulator, loop: str) -> None:
+    """The answer is cut at max_tokens and the provider refuses the continuation: the turn used to fail
+    (the reader had seen the text, the history lost it). Now the reply is the answer so far, as a turn
+    without escalation would return it."""
+    gw.configure(refuse_continuation=True)
+    session = make_session(gw, max_tokens=200)
+    question = "[[long:1000]] write a lot"
+    if loop == "send":
+        reply, shown = session.send(question), None
+    else:
+        if loop == "stream":
+            stream = session.stream(question)
+            deltas = list(stream)
+        else:
+
+            async def run() -> tuple[list[str], Any]:
+                stream = session.astream(question)
+                return [d async for d in stream], stream
+
+            deltas, stream = asyncio.run(run())
+        reply, shown = stream.reply, "".join(deltas)
+        assert kinds(session) == ["continuation", "done"]
+    assert [r.reason for r in gw.requests] == ["ok", "continuation refused"]
+    assert reply.finish_reason == "length" and long_text(1000).startswith(reply.text) and reply.text
+    assert shown is None or shown == reply.text
+    sentences_once(reply.text)
+    assert [(m.role, m.content) for m in session.history] == [("user", question), ("assistant", reply.text)]
+    assert [e.code for e in session.events if isinstance(e, NoticeEvent)].count("continuation_refused") == 1
+    clean(session)
