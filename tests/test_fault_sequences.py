@@ -165,7 +165,9 @@ def run_turn(session: Session, loop: str, text: str) -> Reply:
     if loop == "send":
         return session.send(text)
     rounds: list[str] = []
-    unsubscribe = session.events.subscribe(lambda e: rounds.append(e.text) if getattr(e, "kind", "") == "tool_round" else None)
+    unsubscribe = session.events.subscribe(
+        lambda e: rounds.append(e.text) if getattr(e, "kind", "") == "tool_round" else None
+    )
     if loop == "stream":
         stream = session.stream(text)
         deltas = list(stream)
@@ -179,7 +181,9 @@ def run_turn(session: Session, loop: str, text: str) -> Reply:
     unsubscribe()
     shown = "".join(deltas)
     assert stream.reply is not None and shown.endswith(stream.reply.text)
-    assert shown[: len(shown) - len(stream.reply.text)] == "".join(t + ("" if t.endswith("\n") or not t else "\n") for t in rounds)
+    assert shown[: len(shown) - len(stream.reply.text)] == "".join(
+        t + ("" if t.endswith("\n") or not t else "\n") for t in rounds
+    )
     return stream.reply
 
 

@@ -6,7 +6,6 @@ Counts and order only, never seconds.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 from histories import pasted_history, read_history
 from logcheck import assert_known_limits_respected
+from test_fault_sequences import run_turn
 
 from contextkit import Limits
 from contextkit.archive import Archive
@@ -66,24 +66,6 @@ def of(session: Session, cls: type) -> list[Any]:
     return [e for e in session.events if isinstance(e, cls)]
 
 
-def run_turn(session: Session, loop: str, text: str) -> str:
-    if loop == "send":
-        return session.send(text).text
-    if loop == "stream":
-        stream = session.stream(text)
-        deltas = list(stream)
-        assert "".join(deltas) == stream.reply.text
-        return stream.reply.text
-
-    async def consume() -> str:
-        stream = session.astream(text)
-        deltas = [d async for d in stream]
-        assert "".join(deltas) == stream.reply.text
-        return stream.reply.text
-
-    return asyncio.run(consume())
-
-
 def chat(session: Session, turns: int, size: int = 6_000, seed: int = 0) -> None:
     logs = Workspace(seed=seed, target_bytes=size)
     for i in range(turns):
@@ -124,7 +106,7 @@ def test_a_schema_400_after_a_learned_cap_keeps_the_cap_the_evidence_and_the_his
         run_turn(session, loop, "and the config?")
     assert session.history == before and limits_of(session) == limits
     assert not [e for e in list(session.events)[events:] if isinstance(e, LimitEvent | CapEvent | RecoveryEvent)]
-    assert run_turn(session, loop, "and the config?")
+    assert run_turn(session, loop, "and the config?").text
     assert_known_limits_respected(gw.requests)
 
 

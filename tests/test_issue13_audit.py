@@ -15,7 +15,7 @@ from histories import read_history
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from logcheck import assert_known_limits_respected
-from test_fault_sequences import FAULTS, GATEWAYS, PROFILE, run_sequence
+from test_fault_sequences import FAULTS, GATEWAYS, PROFILE, run_sequence, run_turn
 
 from contextkit import Limits
 from contextkit.archive import Archive
@@ -325,17 +325,7 @@ def test_a_one_off_empty_stream_is_read_by_the_unstreamed_probe_and_shown_once(g
     session.send("first")
     gw.fail_next("empty_stream")
     question = "[[long:40]] tell me"
-    if loop == "stream":
-        stream = session.stream(question)
-        deltas = list(stream)
-    else:
-
-        async def run() -> tuple[list[str], Any]:
-            stream = session.astream(question)
-            return [d async for d in stream], stream
-
-        deltas, stream = asyncio.run(run())
-    assert "".join(deltas) == stream.reply.text == long_text(40)
+    assert run_turn(session, loop, question).text == long_text(40)  # the deltas are exactly the reply
     assert [(r.stream, r.status, r.reason) for r in gw.requests[1:]] == [
         (True, 200, "fault:empty_stream"),
         (False, 200, "ok"),
@@ -353,24 +343,11 @@ def test_a_refused_continuation_after_a_length_cut_keeps_the_answer_so_far(gw: G
     gw.configure(refuse_continuation=True)
     session = make_session(gw, max_tokens=200)
     question = "[[long:1000]] write a lot"
-    if loop == "send":
-        reply, shown = session.send(question), None
-    else:
-        if loop == "stream":
-            stream = session.stream(question)
-            deltas = list(stream)
-        else:
-
-            async def run() -> tuple[list[str], Any]:
-                stream = session.astream(question)
-                return [d async for d in stream], stream
-
-            deltas, stream = asyncio.run(run())
-        reply, shown = stream.reply, "".join(deltas)
+    reply = run_turn(session, loop, question)  # a streamed turn's deltas are exactly its reply
+    if loop != "send":
         assert kinds(session) == ["continuation", "done"]
     assert [r.reason for r in gw.requests] == ["ok", "continuation refused"]
     assert reply.finish_reason == "length" and long_text(1000).startswith(reply.text) and reply.text
-    assert shown is None or shown == reply.text
     sentences_once(reply.text)
     assert [(m.role, m.content) for m in session.history] == [("user", question), ("assistant", reply.text)]
     assert [e.code for e in session.events if isinstance(e, NoticeEvent)].count("continuation_refused") == 1
