@@ -163,7 +163,8 @@ def judge(ev: EndpointEvidence, failure: Failure, *, sent_bytes: int, seen: int,
             why = (
                 f"the gateway's firewall ({gateway_how(failure)}) refused the same {format_size(sent_bytes)} request "
                 f"twice but accepted {format_size(ev.largest_accepted)} earlier this session - it objects to the "
-                "request's content, not its size (rephrase or remove what it blocks)"
+                "request's content, not its size (rephrase or remove what it blocks; if the gateway's limit really "
+                "went down, session.reset_limits() lets the session learn it again)"
             )
             return Verdict(Lesson.FAIL, replace(failure, kind=FailureKind.OTHER, reason=why), why)
         return Verdict(Lesson.RECOVER, failure, f"gateway rejected a {format_size(sent_bytes)} request")

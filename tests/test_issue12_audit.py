@@ -162,6 +162,11 @@ def test_a_waf_that_keeps_refusing_a_small_request_is_about_content_and_teaches_
     assert not of(session, LimitEvent) and not of(session, RecoveryEvent)
     assert session.send("a plain question").text
     assert session.history[: len(before)] == before  # nothing compacted for the blocked request
+    # what the error offers when the limit really went down: reset_limits, and the rejection is evidence again
+    session.reset_limits()
+    gw.fail_next("waf403")
+    assert session.send("and the next step?").text
+    assert session.cap_source == "learned"
 
 
 def test_a_413_repeated_far_below_an_accepted_size_means_the_limit_moved(gw: GatewaySimulator) -> None:
