@@ -59,9 +59,12 @@ INJECT = [{"location": "message", "role": "system"}, {"location": "message", "in
 
 
 class DistinctReads(Workload):
-    """Every turn reads a different file of about ``target_bytes`` (the moderate-pressure workload)."""
+    """Every turn reads a different file of about ``target_bytes`` (the moderate-pressure workload).
+    No needle questions: the plan below replaces the turns that would plant them, and a question about
+    a fact never planted sends the model searching the archive on every question turn."""
 
     def __post_init__(self) -> None:
+        self.needles_wanted = 0
         super().__post_init__()
         self.plan = [("read_file", {"path": f"src/pkg{self.seed}/module_{i:02d}.py"}) for i in range(self.turns)]
 
