@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -9,6 +10,22 @@ import pytest
 from contextkit._offline import ensure_offline
 
 ensure_offline()
+
+from contextkit.sim import GatewaySimulator  # noqa: E402 - after the offline environment is set
+
+# --- one simulator per test module, reset before each test (a module may define its own) --------
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[GatewaySimulator]:
+    with GatewaySimulator() as gw:
+        yield gw
+
+
+@pytest.fixture
+def gw(sim: GatewaySimulator) -> GatewaySimulator:
+    sim.reset()
+    return sim
 
 
 # --- slow tests and report tables (reliability suite) --------------------------------------------

@@ -6,7 +6,6 @@ Counts and order only, never seconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +32,6 @@ TOOL_DESCRIPTION_TOO_LONG = (
     "Invalid 'tools[0].function.description': string too long. Expected a string with maximum length 1024, but "
     "got a string with length 1400 instead."
 )
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[GatewaySimulator]:
-    with GatewaySimulator() as gw:
-        yield gw
-
-
-@pytest.fixture
-def gw(sim: GatewaySimulator) -> GatewaySimulator:
-    sim.reset()
-    return sim
 
 
 def session_for(gw: GatewaySimulator, *, route: str = "openai", **kwargs: Any) -> Session:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,18 +26,6 @@ from contextkit.sim.model import CONTINUATION_TRIGGER
 
 SAFETY = 20.0  # seconds a held reply waits before the server lets it go (a failed test, never a pass)
 SENTENCE = re.compile(r"Sentence (\d+) says")
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[GatewaySimulator]:
-    with GatewaySimulator() as gw:
-        yield gw
-
-
-@pytest.fixture
-def gw(sim: GatewaySimulator) -> GatewaySimulator:
-    sim.reset()
-    return sim
 
 
 def make_session(gw: GatewaySimulator, session_id: str = "s", **kwargs: Any) -> Session:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,18 +29,6 @@ from contextkit.state import PAYLOAD_NOTICE_MARKER
 from contextkit.tools import ToolResult
 
 WINDOW = 1_000_000
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[GatewaySimulator]:
-    with GatewaySimulator() as gw:
-        yield gw
-
-
-@pytest.fixture
-def gw(sim: GatewaySimulator) -> GatewaySimulator:
-    sim.reset()
-    return sim
 
 
 def session_for(gw: GatewaySimulator, *, route: str = "openai", **kwargs: Any) -> Session:
