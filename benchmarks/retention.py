@@ -22,14 +22,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from contextkit.archive import Archive
-from contextkit.compactor import Compactor
+from contextkit.compaction.compactor import Compactor
+from contextkit.compaction.summarizer import LiteLLMSummarizer, SummaryRequest, SummaryResponse
 from contextkit.messages import Message
 from contextkit.settings import Limits
 from contextkit.sim import GatewaySimulator
 from contextkit.sim import llama as llama_mod
 from contextkit.sim.corpus import CLASSES, agent_segment
 from contextkit.sizing import request_bytes
-from contextkit.summarizer import LiteLLMSummarizer, SummaryRequest, SummaryResponse
 
 BAR_CLASSES = ("paths", "commands", "numbers")
 BAR = 0.95

@@ -26,7 +26,7 @@ from pathlib import Path
 from contextkit import Limits
 from contextkit.archive import Archive
 from contextkit.events import EventLog
-from contextkit.session import Session
+from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator, Workspace
 from contextkit.sizing import format_size
 from contextkit.tools import ToolResult

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from contextkit._version import __version__
 from contextkit.archive import Archive
-from contextkit.classify import Failure, FailureKind, classify_failure
-from contextkit.effects import Reply
+from contextkit.engine.effects import Reply
 from contextkit.errors import (
     ArchiveError,
     AuthenticationFailed,
@@ -24,9 +23,10 @@ from contextkit.errors import (
     UsageError,
 )
 from contextkit.events import EventLog
+from contextkit.failures.classify import Failure, FailureKind, classify_failure
 from contextkit.messages import Message, Origin, ToolCall, from_wire, to_wire
 from contextkit.policy.pairing import repair_tool_pairing
-from contextkit.session import Session
+from contextkit.session.core import Session
 from contextkit.settings import Limits
 from contextkit.sizing import RequestMeter, format_size, parse_size, request_bytes
 from contextkit.tools import Tool, ToolResult

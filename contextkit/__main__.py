@@ -2,7 +2,7 @@
 
 import sys
 
-from contextkit.cli import main
+from contextkit.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

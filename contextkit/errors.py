@@ -94,3 +94,35 @@ class RecoveryFailedError(ProviderError):
 
 class SummaryRejected(ContextkitRuntimeError):
     """A Level-2 summary was rejected by the quality gate twice; the pipeline falls to Level 3."""
+
+
+# Optional parts of contextkit (widgets, analyses, sweeps) check for their extra before importing
+# it, so a core install gets one clear sentence instead of a bare ModuleNotFoundError.
+NOTEBOOK_MODULES = ("ipywidgets", "traitlets", "anywidget", "altair", "vl_convert", "polars")
+
+
+def _absent(module: str) -> bool:
+    import importlib.util
+    import sys
+
+    if module in sys.modules:
+        return sys.modules[module] is None  # blocked on purpose (tests do this)
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):
+        return True
+
+
+def missing_modules(*modules: str) -> list[str]:
+    """The modules of ``modules`` that cannot be imported here."""
+    return [m for m in modules if _absent(m)]
+
+
+def require_extra(feature: str, *modules: str, extra: str = "notebook") -> None:
+    """Raise ``ImportError`` naming the extra to install when any of ``modules`` is absent."""
+    absent = missing_modules(*modules)
+    if absent:
+        raise ImportError(
+            f"{feature} needs {', '.join(absent)}, which the core install does not include: "
+            f"pip install 'contextkit[{extra}]'"
+        )

@@ -71,7 +71,7 @@ from contextkit.archive import Archive
 from contextkit.events import CapEvent, NoticeEvent
 from contextkit.policy.oversize import EXCERPT_TAG
 from contextkit.sim import GatewaySimulator, Workspace
-from contextkit.state import PAYLOAD_NOTICE_MARKER
+from contextkit.limits.state import PAYLOAD_NOTICE_MARKER
 
 gw = GatewaySimulator(context_window=128_000, max_body="96KB", reject_with="413").start()
 model, kwargs = connection(gw)

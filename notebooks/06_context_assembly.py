@@ -54,13 +54,13 @@ print("conversations run on:", PROVIDER or "the gateway simulator (default)")
 # %% [markdown]
 # ## Blocks with entry conditions
 #
-# `contextkit.assembly.Block(name, render, stability=…, skip_when=…)`: `render` is text or a function
+# `contextkit.prompt.assembly.Block(name, render, stability=…, skip_when=…)`: `render` is text or a function
 # of the call's context; `stability` is an explicit rank (0 = never changes); `skip_when` answers
 # *when does this block NOT enter?* with a reason.
 
 # %%
 from contextkit import Message
-from contextkit.assembly import Assembler, Block
+from contextkit.prompt.assembly import Assembler, Block
 
 blocks = [
     Block("clock", lambda c: f"Current time: {c['now']}", stability=9, role="user",
@@ -102,12 +102,12 @@ for m in second.messages:
 # %% [markdown]
 # ## Stable → volatile keeps the cache; volatile first throws it away
 #
-# Compare two consecutive calls byte by byte with `contextkit.prefix.shared_prefix` — the same probe
+# Compare two consecutive calls byte by byte with `contextkit.prompt.prefix.shared_prefix` — the same probe
 # the session runs on every request (`RequestEvent.prefix_share`).
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from contextkit.prefix import shared_prefix
+from contextkit.prompt.prefix import shared_prefix
 from contextkit.sizing import dumps
 
 
@@ -131,14 +131,14 @@ print(f"clock first        : {bad[0]:>5} of {bad[1]} bytes reused ({bad[2]:.0%})
 # %% [markdown]
 # ## What the model received: a per-call trace
 #
-# `contextkit.trace.trace_request` lists every piece of a request with its size, its origin (system
+# `contextkit.prompt.trace.trace_request` lists every piece of a request with its size, its origin (system
 # block, user, tool result with path and lines, summary, stub with marker, recall output, notice) and
 # what a mechanism did to it. It stores **no content by default** — hashes and sizes only — so traces
 # can be kept and shared; pass `include_content=True` to keep the text.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from contextkit.trace import trace_request
+from contextkit.prompt.trace import trace_request
 
 trace = trace_request(second.messages, blocks=second.log, model="openai/gpt-4o-mini")
 print(trace)
@@ -246,7 +246,7 @@ prefix_reuse_chart(frames(gated.events))
 # stubs with their markers, each with its size. `trace_session(session)` is read-only.
 
 # %%
-from contextkit.trace import trace_session
+from contextkit.prompt.trace import trace_session
 
 after = trace_session(gated)
 print(after)

@@ -86,7 +86,7 @@ print("model:  ", "SmolLM2-135M-Instruct on llama.cpp (real)" if REAL_MODEL else
 
 # %%
 from contextkit import backend  # noqa: E402
-from contextkit.classify import classify_failure  # noqa: E402
+from contextkit.failures.classify import classify_failure  # noqa: E402
 
 if REAL_NGINX:
     gateway = NginxGateway(upstream, variant="413", max_body="48k").start()
@@ -155,11 +155,11 @@ else:
 # %%
 from contextkit import Limits  # noqa: E402
 from contextkit.archive import Archive  # noqa: E402
-from contextkit.compactor import Compactor  # noqa: E402
+from contextkit.compaction.compactor import Compactor  # noqa: E402
 from contextkit.messages import Message  # noqa: E402
 from contextkit.sim.corpus import agent_segment  # noqa: E402
 from contextkit.sizing import request_bytes  # noqa: E402
-from contextkit.summarizer import LiteLLMSummarizer  # noqa: E402
+from contextkit.compaction.summarizer import LiteLLMSummarizer  # noqa: E402
 
 messages, planted = agent_segment(7)
 history = [Message.system("You are a coding agent."), *messages, Message.user("What next?")]

@@ -184,7 +184,7 @@ def real() -> Frames:
     """An agent session on the simulator: one WAF rejection (recovery), summaries (no microcompact)."""
     from contextkit.archive import Archive
     from contextkit.experiments.workload import SYSTEM_PROMPT, Workload
-    from contextkit.session import Session
+    from contextkit.session.core import Session
     from contextkit.settings import Limits
     from contextkit.sim import GatewaySimulator
 
@@ -302,7 +302,7 @@ def test_offline_renderer_is_enabled_and_validated() -> None:
 
 def test_import_contextkit_stays_light() -> None:
     code = (
-        "import sys, contextkit, contextkit.prefix; "
+        "import sys, contextkit, contextkit.prompt.prefix; "
         "heavy = [m for m in ('polars', 'altair', 'contextkit.analysis') if m in sys.modules]; "
         "assert not heavy, heavy"
     )

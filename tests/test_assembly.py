@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from contextkit.assembly import Assembler, Block
 from contextkit.errors import ConfigError
 from contextkit.messages import Message, to_wire_list
-from contextkit.prefix import shared_prefix
+from contextkit.prompt.assembly import Assembler, Block
+from contextkit.prompt.prefix import shared_prefix
 from contextkit.sizing import dumps, text_tokens
 
 PERSONA = "You are a careful coding agent. Read files, then report what you found."

@@ -13,10 +13,10 @@ import pytest
 from contextkit import Limits, Session, backend
 from contextkit.archive import Archive
 from contextkit.events import NoticeEvent, RecoveryEvent, RequestEvent
+from contextkit.limits.state import SessionStats
 from contextkit.policy.oversize import EXCERPT_TAG
 from contextkit.sim import GatewaySimulator, Workspace
 from contextkit.sim.wire import prompt_blocks
-from contextkit.state import SessionStats
 
 PRICE = "anthropic/claude-sonnet-4-5"
 

@@ -1,4 +1,4 @@
-"""Table tests for contextkit.classify: real provider/gateway error texts and constructed exceptions."""
+"""Table tests for contextkit.failures.classify: real provider/gateway error texts and constructed exceptions."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from contextkit.classify import (
+from contextkit.failures.classify import (
     LIKELY_PAYLOAD_MIN_BYTES,
     Failure,
     FailureKind,
@@ -448,7 +448,7 @@ def test_kind_properties() -> None:
 
 
 def test_classify_does_not_import_litellm() -> None:
-    code = "import sys, contextkit.classify; assert 'litellm' not in sys.modules; assert 'openai' not in sys.modules"
+    code = "import sys, contextkit.failures.classify; assert 'litellm' not in sys.modules; assert 'openai' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from contextkit import backend
-from contextkit.classify import Failure, FailureKind, classify_failure, classify_finish_reason
+from contextkit.failures.classify import Failure, FailureKind, classify_failure, classify_finish_reason
 from contextkit.sim import OVERFLOW_STYLES, GatewaySimulator
 from contextkit.sizing import request_bytes
 

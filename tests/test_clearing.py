@@ -13,7 +13,7 @@ from contextkit.policy.breakpoints import breakpoint_positions, needs_breakpoint
 from contextkit.policy.clearing import CLEARED_PREFIX, ClearingConfig, clear_tool_uses
 from contextkit.policy.microcompact import clear_to_one_liner
 from contextkit.policy.testing import MemorySink
-from contextkit.prefix import is_append_only
+from contextkit.prompt.prefix import is_append_only
 from contextkit.sizing import RequestMeter
 
 METER = RequestMeter()

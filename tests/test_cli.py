@@ -12,7 +12,7 @@ from contextkit.archive import Archive
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "contextkit.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=240
+        [sys.executable, "-m", "contextkit.cli.main", *args], capture_output=True, text=True, cwd=cwd, timeout=240
     )
 
 

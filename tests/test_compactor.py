@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contextkit.archive import Archive
-from contextkit.compactor import TRIGGERS, CompactionInfo, CompactionStats, Compactor, WorkbenchWriter
+from contextkit.compaction.compactor import TRIGGERS, CompactionInfo, CompactionStats, Compactor, WorkbenchWriter
+from contextkit.compaction.summarizer import ScriptedSummarizer, SummaryRequest, SummaryResponse, SummaryTimeout
 from contextkit.events import CompactionEvent, EventLog, NoticeEvent
 from contextkit.messages import Message, ToolCall
 from contextkit.policy import summary as s2
@@ -22,7 +23,6 @@ from contextkit.policy.expand import expand_markers
 from contextkit.policy.pairing import find_orphans
 from contextkit.settings import Limits
 from contextkit.sizing import request_bytes
-from contextkit.summarizer import ScriptedSummarizer, SummaryRequest, SummaryResponse, SummaryTimeout
 
 GOOD = "## Summary\n- point " * 8
 REFUSAL = "I'm sorry, I cannot summarize this conversation for you today."

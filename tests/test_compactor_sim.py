@@ -9,7 +9,8 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from contextkit.archive import Archive
-from contextkit.compactor import Compactor
+from contextkit.compaction.compactor import Compactor
+from contextkit.compaction.summarizer import LiteLLMSummarizer, SummaryRequest, SummaryTimeout
 from contextkit.events import EventLog
 from contextkit.messages import Message, ToolCall
 from contextkit.policy import summary as s2
@@ -18,7 +19,6 @@ from contextkit.policy.pairing import find_orphans
 from contextkit.settings import Limits
 from contextkit.sim import GatewaySimulator
 from contextkit.sizing import request_bytes
-from contextkit.summarizer import LiteLLMSummarizer, SummaryRequest, SummaryTimeout
 
 
 def measure(history: Sequence[Message]) -> int:

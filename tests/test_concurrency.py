@@ -25,7 +25,7 @@ from contextkit.errors import UsageError
 from contextkit.events import CapEvent, CompactionEvent, RecoveryEvent, RequestEvent
 from contextkit.markers import key_for
 from contextkit.policy.expand import expand_markers
-from contextkit.session import Session
+from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator, Workspace
 
 THREADS = 50

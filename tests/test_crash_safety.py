@@ -30,7 +30,7 @@ import pytest
 from contextkit.archive import Archive
 from contextkit.markers import key_for
 from contextkit.policy.expand import expand_markers
-from contextkit.session import Session
+from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL semantics are POSIX")
@@ -72,7 +72,7 @@ COMPACTION_CHILD = PRELUDE + textwrap.dedent(
     from pathlib import Path
     from contextkit import Limits
     from contextkit.archive import Archive
-    from contextkit.session import Session
+    from contextkit.session.core import Session
 
     d, api_base, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 
@@ -121,7 +121,7 @@ SAVER_CHILD = PRELUDE + textwrap.dedent(
     from pathlib import Path
     from contextkit import Limits
     from contextkit.archive import Archive
-    from contextkit.session import Session
+    from contextkit.session.core import Session
 
     d = Path(sys.argv[1])
     session = Session("openai/sim-model", api_base="http://127.0.0.1:9/v1", api_key="x", session_id="saver",

@@ -26,7 +26,7 @@ from contextkit.events import (
     RequestEvent,
     StreamEvent,
 )
-from contextkit.state import SessionStats
+from contextkit.limits.state import SessionStats
 from contextkit.widgets.labels import STATS, stat_label, stat_value
 from contextkit.widgets.series import SessionSeries
 
@@ -201,7 +201,7 @@ def test_status_lines_go_to_stderr_outside_a_notebook() -> None:
     import subprocess
     import sys
 
-    from contextkit.session import default_status, stderr_status
+    from contextkit.session.core import default_status, stderr_status
 
     assert default_status() is stderr_status  # pytest is no Jupyter kernel
     code = (

@@ -40,7 +40,7 @@ PRICE_AS = "anthropic/claude-sonnet-4-5"
 def pressure_story(seed: int) -> list[dict[str, object]]:
     """One session: 8 agent steps, a paste far above the unknown cap, a manual compaction, a question."""
     from contextkit.archive import Archive
-    from contextkit.session import Session
+    from contextkit.session.core import Session
     from contextkit.settings import Limits
     from contextkit.sim import GatewaySimulator, Workspace, agent_steps
 

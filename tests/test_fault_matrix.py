@@ -24,7 +24,7 @@ from contextkit.errors import AuthenticationFailed, ContextkitError, ProviderErr
 from contextkit.events import RecoveryEvent
 from contextkit.messages import Message
 from contextkit.policy.expand import expand_markers
-from contextkit.session import Session
+from contextkit.session.core import Session
 from contextkit.sim import OVERFLOW_STYLES, GatewaySimulator, Workspace
 from contextkit.sim.config import RequestRecord
 from contextkit.tools import ToolResult
@@ -275,8 +275,8 @@ def test_fault_cell(gw: GatewaySimulator, mode: Mode, loop: str, cap: str) -> No
 )
 def test_summary_rejected_for_size_is_not_resent(error: Exception, calls: int) -> None:
     """A summary request refused for its size would be refused again: no identical second attempt."""
-    from contextkit.compactor import Compactor
-    from contextkit.summarizer import ScriptedSummarizer
+    from contextkit.compaction.compactor import Compactor
+    from contextkit.compaction.summarizer import ScriptedSummarizer
 
     history = [
         Message.user(m["content"]) if m["role"] == "user" else Message.assistant(m["content"]) for m in small_logs()
@@ -299,8 +299,8 @@ def nothing_lost_in(history: list[Message], archive: Any, originals: list[str]) 
 def test_length_escalation_then_payload_recovery_folds_the_parts(gw: GatewaySimulator) -> None:
     """A payload recovery between two parts of an escalated answer: the notice it adds must not
     shift what is folded away (a positional fold kept a partial answer twice)."""
+    from contextkit.limits.state import CONTINUATION, PAYLOAD_NOTICE_MARKER
     from contextkit.sim import long_text
-    from contextkit.state import CONTINUATION, PAYLOAD_NOTICE_MARKER
 
     gw.reset()
     kwargs = gw.litellm_kwargs()

@@ -31,12 +31,12 @@ from logcheck import assert_known_limits_respected
 
 from contextkit import Limits
 from contextkit.archive import Archive
-from contextkit.effects import Reply
+from contextkit.engine.effects import Reply
 from contextkit.errors import ContextkitError
 from contextkit.events import LimitEvent
 from contextkit.policy.expand import expand_markers
 from contextkit.policy.oversize import is_excerpt
-from contextkit.session import Session
+from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator, Workspace
 from contextkit.tools import ToolResult
 

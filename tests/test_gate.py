@@ -15,14 +15,14 @@ SEGMENT = (
 )
 
 
-def screen(text: str, **kwargs: object) -> gate.Verdict:
+def screen(text: str, **kwargs: object) -> gate.GateVerdict:
     return gate.screen_summary(text, 10_000, source=SEGMENT, **kwargs)  # type: ignore[arg-type]
 
 
 def test_a_faithful_answer_is_kept_as_it_is() -> None:
     text = "## Files Read\n- src/app/api.py, port 8081\n## Commands Executed\n- pytest -q tests/test_api.py -> 1 failed"
     verdict = screen(text)
-    assert verdict == gate.Verdict(True, "ok", text) and verdict.note() == ""
+    assert verdict == gate.GateVerdict(True, "ok", text) and verdict.note() == ""
 
 
 def test_only_the_clauses_with_invented_identifiers_go() -> None:

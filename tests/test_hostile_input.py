@@ -23,7 +23,6 @@ from logcheck import assert_known_limits_respected
 
 from contextkit import Limits, Message, ToolCall
 from contextkit.archive import Archive
-from contextkit.classify import Failure, classify_failure
 from contextkit.errors import (
     ConfigError,
     InvalidMessageError,
@@ -32,11 +31,12 @@ from contextkit.errors import (
     UsageError,
 )
 from contextkit.events import NoticeEvent
+from contextkit.failures.classify import Failure, classify_failure
 from contextkit.markers import key_for, marker
 from contextkit.messages import from_wire
 from contextkit.policy.expand import expand_markers
 from contextkit.policy.pairing import find_orphans, repair_tool_pairing
-from contextkit.session import Session
+from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator, Workspace
 from contextkit.sizing import parse_size
 from contextkit.tools import ToolResult

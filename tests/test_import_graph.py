@@ -105,21 +105,80 @@ def test_the_checker_finds_a_cycle_hidden_behind_type_checking(tmp_path: Path) -
 
 def test_contextkit_has_no_import_cycles() -> None:
     graph = import_graph()
-    assert "contextkit.session" in graph and "contextkit.persist" in graph["contextkit.session"]
+    assert "contextkit.session.core" in graph and "contextkit.session.persist" in graph["contextkit.session.core"]
     cycles = import_cycles(graph)
     assert cycles == [], "import cycles (break them; see ARCHITECTURE.md for the allowed direction):\n" + "\n".join(
         " <-> ".join(c) for c in cycles
     )
 
 
-@pytest.mark.parametrize("leaf", ["contextkit.widgets", "contextkit.analysis"])
-def test_leaf_packages_are_only_imported_where_architecture_allows(leaf: str) -> None:
-    """widgets/ and analysis/ are leaves; the core loads only the stdlib-only fallbacks lazily."""
-    allowed_from_core = {"contextkit.widgets.html", "contextkit.widgets.status"}
-    users = {
-        module: sorted(t for t in targets if t == leaf or t.startswith(leaf + "."))
-        for module, targets in import_graph().items()
-        if not module.startswith(("contextkit.widgets", "contextkit.analysis", "contextkit.experiments"))
-    }
-    offending = {m: [t for t in ts if t not in allowed_from_core] for m, ts in users.items()}
-    assert {m: ts for m, ts in offending.items() if ts} == {}
+# The folders from the ground up: a module may import the vocabulary modules at the package root,
+# its own folder and the folders listed before its own, never one listed after it.
+LAYERS = (
+    "vocabulary",  # errors, messages, markers, events, sizing, settings, tools, backend
+    "failures",
+    "display",
+    "policy",
+    "prompt",
+    "archive",
+    "compaction",
+    "limits",
+    "engine",
+    "session",
+    "sim",
+    "analysis",
+    "widgets",
+    "experiments",
+    "integrations",
+    "cli",
+    "api",  # contextkit/__init__.py and __main__.py
+)
+
+
+def layer_of(module: str, package: Path = PACKAGE) -> str:
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] == "__main__":
+        return "api"
+    if (package / (parts[1] + ".py")).exists():
+        return "vocabulary"
+    return parts[1]
+
+
+def layering_violations(graph: dict[str, set[str]], package: Path = PACKAGE) -> list[str]:
+    found = []
+    for module, targets in sorted(graph.items()):
+        here = layer_of(module, package)
+        for target in sorted(targets):
+            there = layer_of(target, package)
+            if there != here and LAYERS.index(there) >= LAYERS.index(here):
+                found.append(f"{module} ({here}/) imports {target} ({there}/)")
+    return found
+
+
+def test_the_layering_check_finds_an_import_that_runs_upwards(tmp_path: Path) -> None:
+    pkg = tmp_path / "contextkit"
+    for folder in ("failures", "engine"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "messages.py").write_text("")
+    (pkg / "engine" / "flow.py").write_text("from contextkit.failures.classify import x\nfrom contextkit import messages\n")
+    (pkg / "failures" / "classify.py").write_text("def later():\n    from contextkit.engine import flow\n")
+    assert layering_violations(import_graph(pkg), pkg) == [
+        "contextkit.failures.classify (failures/) imports contextkit.engine.flow (engine/)"
+    ]
+
+
+def test_every_folder_is_a_known_layer() -> None:
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders <= set(LAYERS), f"add {sorted(folders - set(LAYERS))} to LAYERS (and ARCHITECTURE.md)"
+
+
+def test_imports_only_run_down_the_folder_layers() -> None:
+    violations = layering_violations(import_graph())
+    assert violations == [], "imports against the folder layering (see ARCHITECTURE.md):\n" + "\n".join(violations)
+
+
+def test_the_package_root_holds_only_the_vocabulary() -> None:
+    root = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root) <= 12, root

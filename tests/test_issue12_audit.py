@@ -18,7 +18,7 @@ from contextkit import Limits
 from contextkit.archive import Archive
 from contextkit.errors import ConfigError, PayloadFloorError, ProviderError, RecoveryFailedError
 from contextkit.events import CapEvent, LimitEvent, RecoveryEvent
-from contextkit.session import Session
+from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator, Workspace
 from contextkit.sizing import request_bytes
 

@@ -20,7 +20,7 @@ from contextkit import Limits
 from contextkit.archive import Archive
 from contextkit.errors import UsageError
 from contextkit.events import NoticeEvent, StreamEvent
-from contextkit.session import Session
+from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator, Workspace, long_text
 from contextkit.sim.model import CONTINUATION_TRIGGER
 

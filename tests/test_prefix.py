@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contextkit.prefix import PrefixProbe, PrefixSample, shared_prefix
+from contextkit.prompt.prefix import PrefixProbe, PrefixSample, shared_prefix
 
 
 def _naive(a: bytes, b: bytes) -> int:

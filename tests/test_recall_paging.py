@@ -267,7 +267,7 @@ def test_every_marker_left_by_compaction_is_deliverable(gw: GatewaySimulator) ->
     gateway cap, every marker in the history is recallable, page by page within the page budget."""
     from histories import pasted_history, read_history
 
-    from contextkit.recall_flow import page_bytes
+    from contextkit.engine.recall_round import page_bytes
 
     gw.configure(max_body="96KB")
     s = make(gw, limits=Limits(context_window=200_000))  # the cap is learned from the gateway

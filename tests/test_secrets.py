@@ -18,7 +18,7 @@ import pytest
 from contextkit import Limits
 from contextkit.archive import Archive
 from contextkit.errors import AuthenticationFailed, ContextkitError
-from contextkit.session import Session
+from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator, Workspace
 
 CANARY = "sk-canary-7f3a9c1e5b2d4f6a8c0e"

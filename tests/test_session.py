@@ -16,7 +16,7 @@ from contextkit.archive import Archive
 from contextkit.errors import AuthenticationFailed, PayloadFloorError
 from contextkit.events import LimitEvent, RecoveryEvent, RequestEvent
 from contextkit.policy.expand import expand_markers
-from contextkit.session import Session
+from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator, Workspace, long_text
 from contextkit.tools import ToolResult
 

@@ -21,7 +21,7 @@ from contextkit.errors import ProviderError
 from contextkit.events import CapEvent, Event, NoticeEvent, RequestEvent, StreamEvent
 from contextkit.messages import Message
 from contextkit.policy.expand import expand_markers
-from contextkit.session import Session
+from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator, Workspace, long_text
 from contextkit.sim.model import CONTINUATION_TRIGGER
 from contextkit.sizing import request_bytes, text_tokens

@@ -14,7 +14,8 @@ import re
 from collections.abc import Sequence
 
 from contextkit.archive import Archive
-from contextkit.compactor import Compactor
+from contextkit.compaction.compactor import Compactor
+from contextkit.compaction.summarizer import ScriptedSummarizer
 from contextkit.events import CompactionEvent, EventLog
 from contextkit.messages import Message
 from contextkit.policy import ledger as ids
@@ -22,7 +23,6 @@ from contextkit.policy import summary as s2
 from contextkit.settings import Limits
 from contextkit.sim.corpus import agent_segment, document
 from contextkit.sizing import request_bytes
-from contextkit.summarizer import ScriptedSummarizer
 
 # a weak model's prose: passes the gate, quotes no identifier (so the ledger carries all of them)
 WEAK = (

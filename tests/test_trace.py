@@ -5,17 +5,17 @@ from __future__ import annotations
 import json
 
 from contextkit.archive import Archive
-from contextkit.assembly import Assembler, Block
+from contextkit.limits.state import PAYLOAD_NOTICE
 from contextkit.messages import Message, ToolCall, to_wire_list
 from contextkit.policy.budgets import enforce_tool_result_budgets
 from contextkit.policy.microcompact import microcompact
 from contextkit.policy.testing import MemorySink
 from contextkit.policy.truncate import emergency_truncate
+from contextkit.prompt.assembly import Assembler, Block
+from contextkit.prompt.trace import trace_request, trace_session
 from contextkit.settings import Limits
 from contextkit.sim.workloads import Workspace
 from contextkit.sizing import message_bytes, request_bytes, text_tokens
-from contextkit.state import PAYLOAD_NOTICE
-from contextkit.trace import trace_request, trace_session
 
 WS = Workspace(seed=3, target_bytes=12_000)
 SECRET = "TOP-SECRET-LINE-42"
@@ -123,7 +123,7 @@ def test_assembly_blocks_are_named_in_the_trace() -> None:
 
 
 def test_trace_session_is_read_only_and_matches_what_would_be_sent() -> None:
-    from contextkit.session import Session
+    from contextkit.session.core import Session
 
     archive = Archive.in_memory(session_id="t")
     session = Session(

@@ -149,7 +149,7 @@ def test_with_real_archive():
 def test_the_task_is_the_newest_message_the_user_wrote():
     """A continuation prompt or a payload notice (synthetic) is not the task: the user's own newest
     message before them survives the nuclear rung."""
-    from contextkit.state import CONTINUATION
+    from contextkit.limits.state import CONTINUATION
 
     sink = MemorySink()
     h = [

@@ -19,13 +19,13 @@ from contextkit import Limits, Message
 from contextkit.archive import Archive
 from contextkit.errors import PayloadFloorError, ProviderError, RecoveryFailedError, UsageError
 from contextkit.events import CapEvent, CompactionEvent, LimitEvent, NoticeEvent, RecoveryEvent, RequestEvent
+from contextkit.limits.state import PAYLOAD_NOTICE_MARKER
 from contextkit.policy.expand import expand_markers
 from contextkit.policy.oversize import EXCERPT_TAG
-from contextkit.session import Session
+from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator, Workspace
 from contextkit.sim.model import AgentScript
 from contextkit.sizing import format_size, request_bytes
-from contextkit.state import PAYLOAD_NOTICE_MARKER
 from contextkit.tools import ToolResult
 
 WINDOW = 1_000_000

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from contextkit.archive import Archive
+from contextkit.display.html import COLOURS
 from contextkit.errors import UsageError
 from contextkit.events import (
     ArchiveEvent,
@@ -36,7 +37,6 @@ from contextkit.messages import Message
 from contextkit.settings import Limits
 from contextkit.sizing import format_size
 from contextkit.widgets import ArchiveBrowser, Dashboard, HistoryGauge, PhaseTimeline, archive_html, session_html
-from contextkit.widgets.html import COLOURS
 from contextkit.widgets.timeline import timeline_rows
 
 CAP = 100_000
@@ -457,7 +457,7 @@ def test_html_fallbacks_need_no_ipywidgets() -> None:
 
 # -- a real Session against the gateway simulator --------------------------------------------------
 def test_dashboard_follows_a_real_session_after_every_event() -> None:
-    from contextkit.session import Session
+    from contextkit.session.core import Session
     from contextkit.sim import GatewaySimulator, Workspace
 
     ws = Workspace(seed=1, target_bytes=6000)

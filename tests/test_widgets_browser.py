@@ -65,7 +65,7 @@ import json, threading
 from contextkit import Limits
 from contextkit.archive import Archive
 from contextkit.markers import marker
-from contextkit.session import Session
+from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator, Workspace
 from contextkit.sizing import format_size
 from contextkit.widgets import Dashboard

@@ -12,9 +12,9 @@ altair. Typical use::
 
 from __future__ import annotations
 
-from contextkit._extras import require
+from contextkit.errors import require_extra
 
-require("contextkit.analysis", "polars", "altair", "vl_convert")
+require_extra("contextkit.analysis", "polars", "altair", "vl_convert")
 
 from contextkit.analysis.charts import (
     LEVEL_OUTCOMES_SCHEMA,

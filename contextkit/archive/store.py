@@ -177,7 +177,7 @@ class Archive:
         return f"Archive({self._store.label!r}, session_id={self.session_id!r})"
 
     def _repr_html_(self) -> str:
-        from contextkit.widgets.html import archive_html
+        from contextkit.display.html import archive_html
 
         return archive_html(self)
 

@@ -10,9 +10,9 @@ any ``concurrent.futures.Executor``, including a dask.distributed client's execu
 
 from __future__ import annotations
 
-from contextkit._extras import require
+from contextkit.errors import require_extra
 
-require("contextkit.experiments", "polars")  # results are polars frames
+require_extra("contextkit.experiments", "polars")  # results are polars frames
 
 from contextkit.experiments.registry import BASELINES, CONTEXTKIT_STRATEGIES, PEERS, STRATEGIES
 from contextkit.experiments.runner import (

@@ -10,7 +10,7 @@ Metrics come from the simulator's own request log, so every strategy is measured
 ``requests``/``rejected``/``bytes_sent`` count every body on the wire (rejected ones too),
 ``tokens_sent`` the prompt tokens of accepted requests (what a provider bills),
 ``summarizer_calls`` the summary requests, ``prefix_reuse`` the mean share of each turn request's
-body that repeats the previous one byte for byte (``contextkit.prefix``). ``needle_accuracy`` is
+body that repeats the previous one byte for byte (``contextkit.prompt.prefix``). ``needle_accuracy`` is
 the share of the workload's needle questions answered with the planted fact (a question never
 reached counts as wrong; ``needle_recalls`` of the correct ones needed a retrieval call).
 ``recoverable`` is the share of all tool outputs that are still in the final context or
@@ -119,7 +119,7 @@ def results_schema() -> pl.Schema:
 
 def _prefix_samples(sim: Any) -> list[Any]:
     """PrefixProbe readings over the turn requests the simulator received, in order."""
-    from contextkit.prefix import PrefixProbe
+    from contextkit.prompt.prefix import PrefixProbe
 
     probe = PrefixProbe()
     return [probe.feed(sim.body(r.seq)) for r in sim.requests if r.kind == "turn"]
@@ -145,7 +145,7 @@ def _warm_up(strategy: str) -> None:
     import importlib
 
     from contextkit import backend
-    from contextkit.session import Session  # noqa: F401 - the import is the point
+    from contextkit.session.core import Session  # noqa: F401 - the import is the point
 
     backend.litellm()
     module = {"langchain-summarization": "langchain.agents", "langchain-context-editing": "langchain.agents",

@@ -152,7 +152,7 @@ def _share_in(outputs: list[str], text: str) -> float:
 
 def _baseline(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_id: str) -> StrategyRun:
     from contextkit import backend
-    from contextkit.classify import classify_failure
+    from contextkit.failures.classify import classify_failure
     from contextkit.sizing import request_bytes
 
     tools = workload.tool_schemas
@@ -240,7 +240,7 @@ def _contextkit(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, ru
     from contextkit.archive import Archive
     from contextkit.errors import ContextkitError
     from contextkit.policy.expand import reachable
-    from contextkit.session import Session
+    from contextkit.session.core import Session
     from contextkit.settings import Limits
 
     limits: dict[str, Any] = {"context_window": gw.context_window}

@@ -43,7 +43,7 @@ _BULLET_RE = re.compile(r"^(\s*(?:[-*+]|\d+[.)])\s+)")
 
 
 @dataclass(frozen=True)
-class Verdict:
+class GateVerdict:
     """What the gate made of one answer.
 
     ``prose`` is what may be applied (the answer less ``dropped``; "" when refused). ``dropped`` are
@@ -98,7 +98,7 @@ def screen_summary(
     source: str | None = None,
     max_chars: int | None = None,
     archive: ArchiveSink | None = None,
-) -> Verdict:
+) -> GateVerdict:
     """The gate with the repair: clauses naming identifiers not in ``source`` are dropped, the rest judged.
 
     ``max_chars``: the kept prose must be shorter (the summary must be smaller than what it replaces).
@@ -106,18 +106,18 @@ def screen_summary(
     body = (text or "").strip()
     reason = _not_notes(body, archive)
     if reason:
-        return Verdict(False, reason)
+        return GateVerdict(False, reason)
     dropped: tuple[str, ...] = ()
     invented: tuple[str, ...] = ()
     if source is not None:
         body, dropped, invented = ground_prose(body, source)
         if invented and len(substance(body)) < max(prose_floor(segment_chars), 1):
             reason = f"facts not in the segment: {_shown(invented)}; nothing usable left without them"
-            return Verdict(False, reason, "", dropped, invented)
+            return GateVerdict(False, reason, "", dropped, invented)
     reason = _size_problem(body, segment_chars, max_chars)
     if reason:
-        return Verdict(False, reason, "", dropped, invented)
-    return Verdict(True, "ok", body, dropped, invented)
+        return GateVerdict(False, reason, "", dropped, invented)
+    return GateVerdict(True, "ok", body, dropped, invented)
 
 
 def ground_prose(prose: str, source: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:

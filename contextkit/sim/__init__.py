@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextkit.sim.cli import run_sim_cli
 from contextkit.sim.faults import OVERFLOW_STYLES, REJECT_MODES
-from contextkit.sim.model import AgentScript, Conversation, Reply, ScriptedModel, extractive_summary, long_text
+from contextkit.sim.model import AgentScript, Conversation, ScriptedModel, ScriptedReply, extractive_summary, long_text
 from contextkit.sim.server import FAULT_KINDS, SUMMARY_MODES, GatewaySimulator, RequestRecord, SimConfig
 from contextkit.sim.workloads import TOOL_SCHEMAS, ToolOutput, Workspace, agent_steps
 
@@ -23,9 +23,9 @@ __all__ = [
     "AgentScript",
     "Conversation",
     "GatewaySimulator",
-    "Reply",
     "RequestRecord",
     "ScriptedModel",
+    "ScriptedReply",
     "SimConfig",
     "ToolOutput",
     "Workspace",

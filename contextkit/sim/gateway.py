@@ -26,7 +26,7 @@ from contextkit.sim.config import (
     SimConfig,
 )
 from contextkit.sim.gate import StreamGate
-from contextkit.sim.model import CONTINUATION_TRIGGER, SUMMARY_TRIGGERS, Conversation, Reply, ScriptedModel
+from contextkit.sim.model import CONTINUATION_TRIGGER, SUMMARY_TRIGGERS, Conversation, ScriptedModel, ScriptedReply
 from contextkit.sizing import text_tokens, truncate_to_tokens
 
 
@@ -133,14 +133,14 @@ def respond(sim: Upstream, route: str, body: bytes, cfg: SimConfig, seq: int) ->
     return out
 
 
-def _reply(conv: Conversation, cfg: SimConfig, is_summary: bool) -> Reply:
+def _reply(conv: Conversation, cfg: SimConfig, is_summary: bool) -> ScriptedReply:
     if is_summary and cfg.summary_mode != "extract":
         text = {"refuse": REFUSAL, "short": SHORT_SUMMARY, "error_text": ERROR_TEXT}[cfg.summary_mode]
-        return Reply(text)
+        return ScriptedReply(text)
     return ScriptedModel(agent=cfg.agent).reply(conv)
 
 
-def _render(route: str, reply: Reply, out: Outcome, fault: str | None, seq: int) -> wire.Response:
+def _render(route: str, reply: ScriptedReply, out: Outcome, fault: str | None, seq: int) -> wire.Response:
     model = out.model or SIM_MODEL
     if not out.stream:
         render = wire.anthropic_reply if route == wire.ANTHROPIC else wire.openai_reply
@@ -154,8 +154,8 @@ def _render(route: str, reply: Reply, out: Outcome, fault: str | None, seq: int)
     return wire.Response(200, content_type="text/event-stream", chunks=tuple(chunks))
 
 
-def _cap_reply(reply: Reply, limit: int | None) -> Reply:
+def _cap_reply(reply: ScriptedReply, limit: int | None) -> ScriptedReply:
     """Cut the reply to ``limit`` tokens; a cut reply loses its tool calls and ends with "length"."""
     if limit is None or text_tokens(reply.text) + sum(text_tokens(c.arguments) for c in reply.tool_calls) <= limit:
         return reply
-    return Reply(truncate_to_tokens(reply.text, limit), (), "length")
+    return ScriptedReply(truncate_to_tokens(reply.text, limit), (), "length")

@@ -1,7 +1,7 @@
 """The simulator's scripted model: deterministic replies, tool calls, long answers, summaries.
 
 Input is a wire-neutral ``Conversation`` (the server converts OpenAI and Anthropic requests to
-it); output is a ``Reply``. Nothing here keeps state between requests: every decision is derived
+it); output is a ``ScriptedReply``. Nothing here keeps state between requests: every decision is derived
 from the request itself, so any client (sync, async, a notebook, another process) can drive it.
 
 Directives in the last user message:
@@ -87,7 +87,7 @@ class Conversation:
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
+class ScriptedReply:
     text: str = ""
     tool_calls: tuple[SimCall, ...] = ()
     finish: str = "stop"  # "stop" | "tool_calls" | "length"
@@ -128,14 +128,14 @@ class AgentScript:
                     done = max(done, int(s.group(1)))
         return done
 
-    def next_reply(self, conv: Conversation) -> Reply:
+    def next_reply(self, conv: Conversation) -> ScriptedReply:
         i = self.step_index(conv)
         if i >= len(self.steps):
-            return Reply(f"{self.final_text} Completed {len(self.steps)} steps.")
+            return ScriptedReply(f"{self.final_text} Completed {len(self.steps)} steps.")
         name, args = self.steps[i]
         call = SimCall(f"call_s{i}_{_short_hash(conv, i)}", name, json.dumps(args))
         note = f"Step {i + 1}/{len(self.steps)}: {name} {_args_note(args)}"
-        return Reply(note, (call,), "tool_calls")
+        return ScriptedReply(note, (call,), "tool_calls")
 
 
 def _args_note(args: dict[str, Any]) -> str:
@@ -193,15 +193,15 @@ class ScriptedModel:
 
     agent: AgentScript | None = None
 
-    def reply(self, conv: Conversation) -> Reply:
+    def reply(self, conv: Conversation) -> ScriptedReply:
         if conv.is_summary:
-            return Reply(extractive_summary(conv.last_user.text if conv.last_user else ""))
+            return ScriptedReply(extractive_summary(conv.last_user.text if conv.last_user else ""))
         answer = needle_reply(conv)
         if answer is not None:
             if answer.call is None:
-                return Reply(answer.text)
+                return ScriptedReply(answer.text)
             call = SimCall(f"call_{_short_hash(conv, 'needle')}", *answer.call)
-            return Reply(answer.text, (call,), "tool_calls")
+            return ScriptedReply(answer.text, (call,), "tool_calls")
         last = conv.messages[-1] if conv.messages else None
         if last is not None and last.role == "user":
             directive = self._directive_reply(conv, last)
@@ -210,29 +210,29 @@ class ScriptedModel:
         if self.agent is not None and conv.tools:
             return self.agent.next_reply(conv)
         if last is not None and last.role == "tool":
-            return Reply(_tool_result_note(conv, last))
+            return ScriptedReply(_tool_result_note(conv, last))
         if last is not None and last.role == "assistant":
-            return Reply(f"Reply {_turn(conv)}: continuing.")
-        return Reply(f"Reply {_turn(conv)}: {_echo(last.text if last else '')}")
+            return ScriptedReply(f"Reply {_turn(conv)}: continuing.")
+        return ScriptedReply(f"Reply {_turn(conv)}: {_echo(last.text if last else '')}")
 
-    def _directive_reply(self, conv: Conversation, last: SimMessage) -> Reply | None:
+    def _directive_reply(self, conv: Conversation, last: SimMessage) -> ScriptedReply | None:
         if CONTINUATION_TRIGGER in last.text:
             return self._continue(conv)
         hit = _LONG_RE.search(last.text)
         if hit:
-            return Reply(long_text(int(hit.group(1))))
+            return ScriptedReply(long_text(int(hit.group(1))))
         tool = _TOOL_RE.search(last.text)
         if tool and tool.group(1) in conv.tools:
             args = tool.group(2) or "{}"
             try:
                 args = json.dumps(json.loads(args))
             except ValueError:
-                return Reply(f"Reply {_turn(conv)}: the tool directive arguments are not valid JSON: {args}")
+                return ScriptedReply(f"Reply {_turn(conv)}: the tool directive arguments are not valid JSON: {args}")
             call = SimCall(f"call_{_short_hash(conv, tool.group(1))}", tool.group(1), args)
-            return Reply(f"Calling {tool.group(1)}.", (call,), "tool_calls")
+            return ScriptedReply(f"Calling {tool.group(1)}.", (call,), "tool_calls")
         return None
 
-    def _continue(self, conv: Conversation) -> Reply:
+    def _continue(self, conv: Conversation) -> ScriptedReply:
         """The rest of the reply to ``conv`` without its trailing (partial, [notice], continuation) tail."""
         msgs = list(conv.messages)
         partial: list[str] = []
@@ -243,9 +243,9 @@ class ScriptedModel:
             if msgs and msgs[-1].role == "assistant" and not msgs[-1].tool_calls:
                 partial.insert(0, msgs.pop().text)
         if not partial:
-            return Reply(f"Reply {_turn(conv)}: continuing.")
+            return ScriptedReply(f"Reply {_turn(conv)}: continuing.")
         base = self.reply(Conversation(tuple(msgs), conv.tools))
-        return Reply(_rest_of(base.text, "".join(partial)), base.tool_calls, base.finish)
+        return ScriptedReply(_rest_of(base.text, "".join(partial)), base.tool_calls, base.finish)
 
 
 def _turn(conv: Conversation) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contextkit.sim.cache import CacheUse, PromptBlock
-from contextkit.sim.model import Conversation, Reply, SimCall, SimMessage
+from contextkit.sim.model import Conversation, ScriptedReply, SimCall, SimMessage
 from contextkit.sizing import text_tokens
 
 OPENAI = "openai"
@@ -209,7 +209,7 @@ def anthropic_usage(prompt_tokens: int, cache: CacheUse | None) -> dict[str, int
 
 
 def openai_reply(
-    reply: Reply, model: str, prompt_tokens: int, seq: int, cache: CacheUse | None = None
+    reply: ScriptedReply, model: str, prompt_tokens: int, seq: int, cache: CacheUse | None = None
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
     if reply.tool_calls:
@@ -232,7 +232,7 @@ _STOP_REASON = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_
 
 
 def anthropic_reply(
-    reply: Reply, model: str, prompt_tokens: int, seq: int, cache: CacheUse | None = None
+    reply: ScriptedReply, model: str, prompt_tokens: int, seq: int, cache: CacheUse | None = None
 ) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     if reply.text:
@@ -261,7 +261,7 @@ def _sse(data: Any, event: str | None = None) -> bytes:
 
 
 def openai_stream(
-    reply: Reply, model: str, prompt_tokens: int, seq: int, cache: CacheUse | None = None
+    reply: ScriptedReply, model: str, prompt_tokens: int, seq: int, cache: CacheUse | None = None
 ) -> Iterator[bytes]:
     """Chat-completion chunks; the terminal ``[DONE]`` comes last (``stream_drop`` cuts before it)."""
     base = {"id": f"chatcmpl-sim{seq}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
@@ -285,9 +285,9 @@ def openai_stream(
 
 
 def anthropic_stream(
-    reply: Reply, model: str, prompt_tokens: int, seq: int, cache: CacheUse | None = None
+    reply: ScriptedReply, model: str, prompt_tokens: int, seq: int, cache: CacheUse | None = None
 ) -> Iterator[bytes]:
-    message = anthropic_reply(Reply(), model, prompt_tokens, seq) | {"content": [], "stop_reason": None}
+    message = anthropic_reply(ScriptedReply(), model, prompt_tokens, seq) | {"content": [], "stop_reason": None}
     message["usage"] = anthropic_usage(prompt_tokens, cache) | {"output_tokens": 1}
     yield _sse({"type": "message_start", "message": message}, "message_start")
     index = 0

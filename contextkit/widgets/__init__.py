@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from contextkit.widgets.html import archive_html, session_html
+from contextkit.display.html import archive_html, session_html
 
 if TYPE_CHECKING:
     from contextkit.widgets.browser import ArchiveBrowser
@@ -56,7 +56,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'contextkit.widgets' has no attribute {name!r}")
     import importlib
 
-    from contextkit._extras import require
+    from contextkit.errors import require_extra
 
-    require(f"contextkit.widgets.{name}", "ipywidgets", "traitlets", "anywidget", "altair", "vl_convert")
+    require_extra(f"contextkit.widgets.{name}", "ipywidgets", "traitlets", "anywidget", "altair", "vl_convert")
     return getattr(importlib.import_module(module), name)

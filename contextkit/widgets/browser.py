@@ -24,12 +24,12 @@ from typing import Any
 import ipywidgets as W
 import traitlets as T
 
+from contextkit.display.html import entry_row, esc
 from contextkit.errors import UsageError
 from contextkit.events import ArchiveEvent, CompactionEvent, Event, EventLog, HistoryEvent, RecoveryEvent
 from contextkit.markers import marker
 from contextkit.sizing import format_size
 from contextkit.widgets._view import EventFeed, FeedView, call_quietly
-from contextkit.widgets.html import entry_row, esc
 
 _MONO = (
     "<style>.ck-archive-list select{font-family:monospace;font-size:12px}"

@@ -18,12 +18,12 @@ from typing import Any
 import ipywidgets as W
 import traitlets as T
 
+from contextkit.display.html import esc
 from contextkit.events import CompactionEvent, Event, HistoryEvent, RecoveryEvent, RequestEvent
 from contextkit.widgets._view import EventFeed, FeedView, call_quietly, close_view, events_of
 from contextkit.widgets.browser import ArchiveBrowser
 from contextkit.widgets.chart import LiveChart
 from contextkit.widgets.gauge import HistoryGauge
-from contextkit.widgets.html import esc
 from contextkit.widgets.labels import stat_label, stat_value
 from contextkit.widgets.log import StatusLog
 from contextkit.widgets.timeline import PhaseTimeline

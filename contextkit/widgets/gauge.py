@@ -19,10 +19,10 @@ from typing import Any
 import ipywidgets as W
 import traitlets as T
 
+from contextkit.display.html import AMBER_AT, COLOURS, RED_AT, bar_html, esc, pressure_state, ratio
 from contextkit.events import CapEvent, Event, HistoryEvent, NoticeEvent, RequestEvent, StreamEvent
 from contextkit.sizing import format_size
 from contextkit.widgets._view import EventFeed, FeedView, call_quietly, events_of
-from contextkit.widgets.html import AMBER_AT, COLOURS, RED_AT, bar_html, esc, pressure_state, ratio
 
 BYTES_HELP = (
     "Size of the next request body in bytes: what proxies and gateways limit. The dashed line is the "

@@ -13,9 +13,9 @@ from typing import Any
 import ipywidgets as W
 import traitlets as T
 
+from contextkit.display.html import esc
 from contextkit.events import CompactionEvent, Event, NoticeEvent
 from contextkit.widgets._view import EventFeed, FeedView, events_of
-from contextkit.widgets.html import esc
 
 
 def status_line(event: Event) -> str | None:

@@ -16,10 +16,10 @@ from typing import Any
 import ipywidgets as W
 import traitlets as T
 
+from contextkit.display.html import esc
 from contextkit.events import CompactionEvent, Event, RecoveryEvent
 from contextkit.sizing import format_size
 from contextkit.widgets._view import EventFeed, FeedView, events_of
-from contextkit.widgets.html import esc
 from contextkit.widgets.labels import TRIGGERS, failure_label, level_label, phase_help, phase_label
 
 Row = dict[str, Any]

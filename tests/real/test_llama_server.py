@@ -10,9 +10,10 @@ import pytest
 
 from contextkit import Limits, Session, backend
 from contextkit.archive import Archive
-from contextkit.classify import FailureKind, classify_failure
-from contextkit.compactor import Compactor
+from contextkit.compaction.compactor import Compactor
+from contextkit.compaction.summarizer import LiteLLMSummarizer, SummaryRequest, SummaryResponse
 from contextkit.events import NoticeEvent, RecoveryEvent, RequestEvent
+from contextkit.failures.classify import FailureKind, classify_failure
 from contextkit.messages import Message, render_transcript
 from contextkit.policy import ledger as ids
 from contextkit.policy import summary as s2
@@ -20,7 +21,6 @@ from contextkit.policy.expand import expand_markers
 from contextkit.sim.corpus import agent_segment, document
 from contextkit.sim.llama import LlamaServer
 from contextkit.sizing import request_bytes
-from contextkit.summarizer import LiteLLMSummarizer, SummaryRequest, SummaryResponse
 
 pytestmark = pytest.mark.real
 

@@ -12,8 +12,8 @@ import pytest
 
 from contextkit import Limits, Session, backend
 from contextkit.archive import Archive
-from contextkit.classify import FailureKind, classify_failure
 from contextkit.events import CapEvent, RecoveryEvent, RequestEvent
+from contextkit.failures.classify import FailureKind, classify_failure
 from contextkit.policy.expand import expand_markers
 from contextkit.sim import GatewaySimulator
 from contextkit.sim.corpus import document

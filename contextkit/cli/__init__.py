@@ -1,0 +1,4 @@
+"""The ``contextkit`` command (also ``python -m contextkit``): ``demo``, ``sim``, ``experiment``.
+
+May import: anything; nothing imports it.
+"""

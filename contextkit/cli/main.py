@@ -1,0 +1,36 @@
+"""The ``contextkit`` command: ``demo``, ``sim`` and ``experiment``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from contextkit._offline import ensure_offline
+
+
+def main(argv: list[str] | None = None) -> int:
+    ensure_offline()
+    parser = argparse.ArgumentParser(prog="contextkit", description="Context engineering toolkit.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run a scripted agent behind a 128 KB gateway against the simulator")
+    demo.add_argument("--out", default="contextkit-demo", help="folder for the archive and the event log")
+    demo.add_argument("--steps", type=int, default=30, help="agent steps (tool calls)")
+    sub.add_parser("sim", help="serve the gateway simulator (see contextkit sim --help)", add_help=False)
+    sub.add_parser("experiment", help="run a named strategy sweep (see contextkit experiment --help)", add_help=False)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "demo":
+        from contextkit.cli.demo import run_demo
+
+        run_demo(args.out, steps=args.steps)
+        return 0
+    if args.command == "sim":
+        from contextkit.sim import run_sim_cli
+
+        return run_sim_cli(rest)
+    from contextkit.experiments.report import run_experiment_cli
+
+    return run_experiment_cli(rest)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

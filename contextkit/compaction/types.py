@@ -1,0 +1,193 @@
+"""Values around a compaction pass: hook info, counters, results, and the default flush sink.
+
+Kept apart from ``contextkit.compaction.compactor`` (which runs the phases) so both stay small; everything
+here is re-exported from ``contextkit.compaction.compactor``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from contextkit.events import CompactionEvent
+from contextkit.messages import Message
+
+Measure = Callable[[Sequence[Message]], int]
+
+
+@dataclass(frozen=True)
+class CompactionInfo:
+    """What hooks and the flush sink are told about a pass (S4.11)."""
+
+    trigger: str
+    session_id: str
+    budget: int
+    messages_before: int
+    bytes_before: int
+    tokens_before: int | None = None
+    messages_after: int | None = None
+    bytes_after: int | None = None
+    tokens_after: int | None = None
+    level: int = 0
+    outcome: str = "running"  # running | applied | skipped | cancelled
+    phase: str = "start"
+    instruction: str | None = None
+
+
+@dataclass
+class CompactionStats:
+    """S4.15 counters, persisted with the session (``to_dict`` / ``from_dict``)."""
+
+    compactions: int = 0
+    level3_falls: int = 0
+    summary_calls: int = 0
+    summary_rejections: int = 0  # answers the quality gate discarded
+    summary_failures: int = 0  # calls that raised (timeout, provider error)
+    extractive_summaries: int = 0  # Level-2 summaries made without the model
+    model_pauses: int = 0  # times the summarizer was paused after two unusable answers in a row
+    summaries_trimmed: int = 0  # accepted answers the gate cut clauses naming invented facts from
+    prose_chars_received: int = 0  # characters of every summarizer answer (kept or not)
+    prose_chars_kept: int = 0  # ... of the prose the gate accepted (what summaries applied or could apply)
+    summarizer_prompt_tokens: int = 0
+    summarizer_completion_tokens: int = 0
+    summarizer_cost: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CompactionStats:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """The outcome of one pass. ``history`` is a new list; the caller's list is never touched."""
+
+    history: list[Message]
+    changed: bool
+    level: int  # highest level that changed something (0 = nothing)
+    outcome: str  # applied | skipped
+    trigger: str
+    messages_before: int
+    messages_after: int
+    bytes_before: int
+    bytes_after: int
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    within_budget: bool = False
+    reports: tuple[str, ...] = ()
+    archived_keys: tuple[str, ...] = ()
+    summary_calls: int = 0
+    identifier_retention: float | None = None
+    prose_retention: float | None = None  # the model's prose alone, without the ledger
+    summary_source: str = ""  # model | extractive | "" (no summary applied)
+    detail: str = ""
+    duration_s: float = 0.0
+    events: tuple[CompactionEvent, ...] = field(default=(), repr=False)
+
+
+class Pass:
+    """Mutable state of one pass; nothing here reaches the compactor before the pass commits."""
+
+    def __init__(self, history: list[Message], measure: Measure, token_measure: Measure | None) -> None:
+        self.history = history
+        self.measure = measure
+        self.token_measure = token_measure
+        self.bytes = measure(history)
+        self.level = 0
+        self.reports: list[str] = []
+        self.keys: list[str] = []
+        self.events: list[CompactionEvent] = []
+        self.calls = 0
+        self.retention: float | None = None
+        self.prose_retention: float | None = None
+        self.summary_source = ""
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.cost = 0.0
+
+    def tokens(self, history: Sequence[Message] | None = None) -> int:
+        return self.token_measure(self.history if history is None else history) if self.token_measure else 0
+
+    def take(self, new: list[Message], report: Any, level: int) -> bool:
+        """Adopt ``new`` when the report says something changed."""
+        changed = bool(getattr(report, "changed", new != self.history))
+        if changed:
+            self.history = new
+            self.bytes = self.measure(new)
+            self.level = max(self.level, level)
+            self.reports.append(report.describe())
+            self.keys.extend(getattr(report, "archived_keys", ()))
+        return changed
+
+    def usage(self) -> dict[str, Any]:
+        return {
+            "summarizer_prompt_tokens": self.prompt_tokens,
+            "summarizer_completion_tokens": self.completion_tokens,
+            "summarizer_cost": self.cost,
+        }
+
+
+@dataclass(frozen=True)
+class Applied:
+    """Report for a step done by the compactor itself (the summary)."""
+
+    text: str
+    archived_keys: tuple[str, ...]
+    changed: bool = True
+
+    def describe(self) -> str:
+        return self.text
+
+
+def dropped(before: Sequence[Message], after: Sequence[Message]) -> list[Message]:
+    """Non-system messages of ``before`` with no equal message left in ``after`` (multiset difference)."""
+    left: dict[Message, int] = {}
+    for m in after:
+        left[m] = left.get(m, 0) + 1
+    out = []
+    for m in before:
+        if left.get(m, 0) > 0:
+            left[m] -= 1
+        elif m.role != "system":
+            out.append(m)
+    return out
+
+
+class WorkbenchWriter:
+    """Default ``on_flush`` sink (S4.14): one markdown section per flush, appended to one file per session.
+
+    Written by the harness, not the model: the messages about to be summarized or dropped, verbatim.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    @classmethod
+    def for_session(cls, directory: str | Path, session_id: str) -> WorkbenchWriter:
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in session_id) or "session"
+        return cls(Path(directory) / f"{safe}.workbench.md")
+
+    def __call__(self, messages: Sequence[Message], info: CompactionInfo) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        parts = [f"\n## {stamp} - {info.phase} ({info.trigger}): {len(messages)} messages set aside\n"]
+        for m in messages:
+            fence = "`" * max(3, _longest_run(m.content, "`") + 1)
+            calls = " - calls " + ", ".join(f"{c.name}({c.arguments})" for c in m.tool_calls) if m.tool_calls else ""
+            parts.append(f"\n### {m.role}{calls}\n\n{fence}\n{m.content}\n{fence}\n")
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write("".join(parts))
+
+
+def _longest_run(text: str, ch: str) -> int:
+    best = run = 0
+    for c in text:
+        run = run + 1 if c == ch else 0
+        best = max(best, run)
+    return best

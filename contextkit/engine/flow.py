@@ -1,0 +1,386 @@
+"""The turn and recovery loop, written once, with no IO (sans-IO, like httpx's auth flow).
+
+``turn_flow`` is a generator. It yields *effects* and receives their results:
+
+* ``CallModel``      → the driver sends ``ModelReply`` or ``ModelFailure``
+* ``SummaryRequest`` → (from the compactor) the driver sends ``SummaryResponse`` or an exception
+* ``RunTools``       → the driver sends a list of ``(ToolCall, ToolResult)``
+* ``Sleep``          → the driver sleeps and sends ``None``
+* ``StreamNote``     → (streamed turns only) a streaming driver tells its reader; sends ``None``
+
+``Session`` drives it synchronously, asynchronously and while streaming, so recovery behaves the
+same in every loop (S6.5). Order per request (research §9.10): turn-boundary rewrites
+(tool-result budgets on arrival, the oversize rule, then microcompact and read dedup only under
+pressure - issue 14) → pre-flight / auto compaction → pairing repair → the outgoing copy (the
+history itself) with its cache breakpoints → the known-limit check (a request at or above a size the
+endpoint rejected, or above the cap, is never sent: the ladder climbs instead) → request → on
+failure: classify → judge it on the evidence (``contextkit.limits.evidence``): retry, recover (learn the
+limit, floor diagnostic, ladder level, one-time payload notice) or fail; on ``length``: escalate
+``max_tokens`` and continue.
+
+Its parts: ``answer`` (a round's text across continuations), ``model_request`` (one request:
+counted, classified, recorded as a ``RequestEvent``), ``tool_round`` (the calls and their results).
+
+A turn is a transaction: when anything escapes it (a failure, ``RecoveryFailedError``,
+cancellation), the history is restored to what it was before the turn - the turn leaves a trace
+in the events only. Archive writes stay (append-only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from contextkit.engine.answer import Answer
+from contextkit.engine.effects import CallModel, ModelFailure, ModelReply, Reply, RunTools, Sleep, StreamNote
+from contextkit.engine.recall_round import model_recall_round
+from contextkit.engine.request import attempt_record, request_body, send_request
+from contextkit.engine.tool_round import run_tool_round
+from contextkit.errors import AuthenticationFailed, ProviderError, RecoveryFailedError, UsageError
+from contextkit.failures.classify import Failure, FailureKind
+from contextkit.limits.context import Effect, Flow, FlowContext, emit_history, measure
+from contextkit.limits.evidence import Lesson, judge
+from contextkit.limits.learning import after_clean_turn, restore_budgets
+from contextkit.limits.preflight import (
+    check_known_floor,
+    compact_if_needed,
+    known_to_fail,
+    outgoing,
+    request_for,
+    summarizer_window,
+    turn_boundary,
+)
+from contextkit.limits.recovery import KNOWN_LIMIT, Episode, record_recovery, recover
+from contextkit.limits.state import CONTINUATION
+from contextkit.messages import Message
+from contextkit.sizing import Measure
+
+__all__ = [
+    "CallModel",
+    "Effect",
+    "Flow",
+    "FlowContext",
+    "ModelFailure",
+    "ModelReply",
+    "Reply",
+    "RunTools",
+    "Sleep",
+    "StreamNote",
+    "compact_if_needed",
+    "emit_history",
+    "measure",
+    "outgoing",
+    "recover",
+    "run_tool_round",
+    "summarizer_window",
+    "turn_boundary",
+    "turn_flow",
+]
+
+
+@dataclass
+class _TurnTally:
+    """What one turn accumulates for its ``Reply``."""
+
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    answer: Answer = field(default_factory=Answer)  # the current round's text across continuations
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    tool_calls: int = 0
+    tool_rounds: int = 0
+    escalations: int = 0
+    size_failures: int = 0
+    once_retries: int = 0
+    recalled: set[str] = field(default_factory=set)  # keys the model asked for with @recall in its text
+
+
+def turn_flow(ctx: FlowContext, new_messages: Sequence[Message], *, stream: bool = False, max_rounds: int = 50) -> Flow:
+    """One user turn: request, recover, escalate, run tools until the model answers in text.
+
+    ``stream=True``: requests stream, and the flow tells the driver what it decides with
+    ``StreamNote`` effects. A stream that fails after it delivered text is continued, not
+    restarted: the text becomes the first part of the answer and, after whatever recovery the
+    failure needs, the model is asked to resume from it (the mechanism ``max_tokens`` escalation
+    uses). An empty stream (no content, no tool call, no finish reason) is a failure whose cause is
+    read by asking once more without streaming.
+    """
+    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
+        raise UsageError(f"max_rounds must be a whole number >= 1 (tool rounds per turn), got {max_rounds!r}")
+    st = ctx.state
+    before = list(st.history)
+    undo = _undo_snapshot(ctx)
+    st.turns += 1
+    this_turn = st.turns
+    try:
+        st.history = [*before, *new_messages]
+        emit_history(ctx, "user")
+        return (yield from _rounds(ctx, before, stream, max_rounds))
+    except BaseException as exc:
+        if st.turns == this_turn:  # not a flow abandoned long ago and closed by the garbage collector
+            _roll_back(ctx, before, undo, exc)
+        raise
+
+
+def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: int) -> Flow:
+    st = ctx.state
+    turn = _TurnTally()
+    answer = turn.answer
+    episode = Episode()
+    retries = 0
+    probed: set[str] = set()  # bodies re-sent without streaming after an empty stream
+    while True:
+        # Every request is a turn boundary in an agent loop: age tool results, then pre-flight.
+        turn_boundary(ctx)
+        yield from compact_if_needed(ctx)
+        out, sent = outgoing(ctx)
+        params = dict(ctx.params)
+        if st.max_tokens:
+            params["max_tokens"] = st.max_tokens
+        if stream or st.max_tokens:
+            sent = measure(ctx, out, **params, stream=stream)  # the body as sent: streamed, escalated max_tokens
+        request = request_for(ctx, out, sent)
+        sent = request.sent
+        refusal = known_to_fail(ctx, sent)
+        if refusal is not None:
+            # Never send what is known to fail: climb the ladder without a request.
+            check_known_floor(ctx)
+            _give_up_if_exhausted(ctx, episode, turn, before, None, sent, refusal)
+            ctx.notify("not_sent", f"not sending: {refusal}", "warning")
+            record_recovery(ctx, "not_sent", level=episode.level, before=sent, kind=KNOWN_LIMIT, reason=refusal)
+            turn.size_failures += 1
+            yield from recover(ctx, None, sent, episode.level + 1, episode, refusal=refusal)
+            episode.level += 1
+            continue
+        body = request_body(request.wire, ctx.tools)
+        digest = hashlib.sha256(body).hexdigest()
+        sample = ctx.probe.feed(body)
+        st.stats.cache_breaks += sample.cache_break
+        purpose = "continuation" if answer.parts else "turn"
+        ctx.cache_anchor = request.anchor
+        call = CallModel(
+            request.messages, ctx.tools or None, params, sent.bytes, sent.tokens, stream=stream, purpose=purpose
+        )
+        outcome, failure = yield from send_request(ctx, call, sent, episode.level, len(turn.attempts) + 1, sample)
+        unread = failure is not None and failure.kind != FailureKind.CONTEXT_OVERFLOW and digest not in probed
+        if isinstance(outcome, ModelFailure) and outcome.empty and unread:
+            # The stream hid the provider's answer: ask once without streaming to read it.
+            probed.add(digest)
+            assert failure is not None
+            turn.attempts.append(attempt_record(failure, episode.level, sent))
+            st.stats.count_failure(failure.kind.value)
+            ctx.notify(
+                "empty_stream",
+                "the provider ended the stream without any content - asking once more without streaming to "
+                "read its answer or its error",
+                "warning",
+            )
+            call = replace(call, stream=False, purpose="probe")
+            outcome, failure = yield from send_request(ctx, call, sent, episode.level, len(turn.attempts) + 1, sample)
+
+        if isinstance(outcome, ModelFailure):
+            assert failure is not None
+            turn.attempts.append(attempt_record(failure, episode.level, sent))
+            st.stats.count_failure(failure.kind.value)
+            if outcome.partial:  # the model had started answering: the body was accepted
+                ctx.evidence().accepted(sent.bytes, sent.tokens)
+            if failure.kind == FailureKind.AUTH:
+                raise AuthenticationFailed(
+                    f"the provider refused the credentials ({failure.reason}); check api_key / the provider's key "
+                    "variable. No recovery was attempted.",
+                    failure=failure,
+                ) from outcome.error
+            ev = ctx.evidence()
+            verdict = judge(ev, failure, sent_bytes=sent.bytes, sent_tokens=sent.tokens, seen=ev.failed(digest))
+            if verdict.lesson == Lesson.FAIL and answer.interrupted and not answer.voids:
+                # The provider refuses to continue the interrupted answer: void it and ask again.
+                yield from answer.void(ctx, failure, stream)
+                continue
+            if verdict.lesson == Lesson.FAIL and answer.parts and not answer.interrupted:
+                # The provider refuses to continue an answer cut at max_tokens: keep it as it is (what a
+                # turn without escalation returns) rather than fail the turn and lose it.
+                ctx.notify(
+                    "continuation_refused",
+                    f"the provider refused to continue the answer cut at max_tokens ({failure.reason}); "
+                    "the reply is the answer so far (finish_reason=length)",
+                    "warning",
+                )
+                return _finish(ctx, turn, ModelReply("", finish_reason="length"), out)
+            if verdict.lesson == Lesson.RETRY:
+                # a request's one retry before its failure counts as evidence; bounded per turn all the same
+                once = verdict.once and turn.once_retries <= 2 * st.limits.max_recovery_attempts
+                turn.once_retries += once
+                if not once and retries >= st.limits.max_retries:
+                    raise ProviderError(
+                        f"request failed after {retries + 1} tries: {verdict.why}. The provider or network kept "
+                        "failing; try again later or raise Limits(max_retries=...). If a proxy in front of the "
+                        "provider drops large bodies, set Limits(max_payload=...) to its limit.",
+                        failure=verdict.failure,
+                    ) from outcome.error
+                retries += 0 if once else 1
+                st.stats.retries += 1
+                delay = (
+                    failure.retry_after
+                    if failure.retry_after is not None
+                    else st.limits.retry_backoff * 2 ** max(retries - 1, 0)
+                )
+                again = "continuing the answer from where it stopped" if outcome.partial else "retrying"
+                ctx.notify("retry", f"{verdict.why} - {again} in {delay:.1f} s", "info")
+                yield Sleep(delay)
+                yield from answer.resume(ctx, outcome.partial, verdict.why, episode.level, stream)
+                continue
+            if verdict.lesson == Lesson.FAIL:
+                raise ProviderError(
+                    f"request failed: {verdict.failure.reason}. This is not a size problem, so this failure compacted "
+                    "nothing and taught no limit; the history is as it was before this turn.",
+                    failure=verdict.failure,
+                ) from outcome.error
+            turn.size_failures += 1
+            _give_up_if_exhausted(ctx, episode, turn, before, verdict.failure, sent, "", outcome.error)
+            yield from recover(ctx, verdict, sent, episode.level + 1, episode)
+            episode.level += 1
+            yield from answer.resume(ctx, outcome.partial, verdict.why, episode.level, stream)
+            continue
+
+        assert isinstance(outcome, ModelReply)
+        ctx.evidence().accepted(sent.bytes, sent.tokens)
+        retries = 0
+        turn.prompt_tokens += outcome.prompt_tokens
+        turn.completion_tokens += outcome.completion_tokens
+        turn.cost += outcome.cost
+        st.stats.prompt_tokens += outcome.prompt_tokens
+        st.stats.completion_tokens += outcome.completion_tokens
+        st.stats.cost += outcome.cost
+        st.stats.cached_prompt_tokens += outcome.cached_prompt_tokens
+        st.stats.cache_write_tokens += outcome.cache_write_tokens
+        turn.attempts.append(
+            {"outcome": "ok", "level": episode.level, "bytes": sent.bytes, "finish_reason": outcome.finish_reason}
+        )
+        if episode.level:
+            record_recovery(ctx, "recovered", level=episode.level, before=sent)
+            restore_budgets(ctx, "the request of the recovery episode went through")
+            episode = Episode()
+        if outcome.tool_calls:
+            if turn.tool_rounds >= max_rounds:
+                raise ProviderError(
+                    f"the model kept calling tools after {max_rounds} tool rounds without answering; raise "
+                    "send(..., max_rounds=...) or check the tools"
+                )
+            turn.tool_rounds += 1
+            shown, kept = answer.finish(ctx, outcome.content)
+            if stream:
+                yield StreamNote("tool_round", shown, show="\n" if shown and not shown.endswith("\n") else "")
+            yield from run_tool_round(ctx, replace(outcome, content=kept))
+            turn.tool_calls += len(outcome.tool_calls)
+            continue
+        if (
+            not answer.parts
+            and outcome.finish_reason != "length"
+            and turn.tool_rounds < max_rounds
+            and model_recall_round(ctx, outcome.content, turn.recalled)
+        ):
+            # the model wrote @recall <<ccr:KEY>>: a recall round (a round like a tool round), then ask again
+            turn.tool_rounds += 1
+            shown, _ = answer.finish(ctx, outcome.content)
+            if stream:
+                yield StreamNote("tool_round", shown, reason="@recall", show="" if shown.endswith("\n") else "\n")
+            continue
+        if outcome.finish_reason == "length" and turn.escalations < st.limits.max_token_escalations:
+            current = st.max_tokens or int(ctx.params.get("max_tokens") or 4096)
+            new = min(current * 2, _output_cap(ctx))
+            if new > current:
+                turn.escalations += 1
+                st.stats.escalations += 1
+                st.max_tokens = new
+                ctx.notify(
+                    "escalation", f"reply cut at the token limit - max_tokens raised to {new}, continuing", "info"
+                )
+                answer.keep(ctx, outcome.content, CONTINUATION)
+                if stream:
+                    yield StreamNote("continuation", reason=f"finish_reason=length - max_tokens raised to {new}")
+                continue
+        return _finish(ctx, turn, outcome, out)
+
+
+def _finish(ctx: FlowContext, turn: _TurnTally, outcome: ModelReply, out: list[Message]) -> Reply:
+    st = ctx.state
+    text, kept = turn.answer.finish(ctx, outcome.content)
+    st.history = [*st.history, Message.assistant(kept, reasoning=outcome.reasoning, turn=st.turn)]
+    emit_history(ctx, "reply")
+    st.max_tokens = None
+    if turn.size_failures:
+        st.clean_turns = 0
+    else:
+        after_clean_turn(ctx)
+    ctx.meter.retain([*st.history, *out])  # bounded memory: drop sizes of replaced messages
+    usage = {"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens}
+    return Reply(
+        text,
+        outcome.finish_reason,
+        usage | {"total_tokens": sum(usage.values())},
+        turn.cost,
+        turn.attempts,
+        turn.tool_calls,
+    )
+
+
+def _give_up_if_exhausted(
+    ctx: FlowContext,
+    episode: Episode,
+    turn: _TurnTally,
+    before: list[Message],
+    failure: Failure | None,
+    sent: Measure,
+    refusal: str,
+    error: BaseException | None = None,
+) -> None:
+    if episode.level < ctx.state.limits.max_recovery_attempts:
+        return
+    record_recovery(ctx, "failed", level=episode.level, failure=failure, before=sent, kind=KNOWN_LIMIT, reason=refusal)
+    why = failure.reason if failure else refusal
+    raise RecoveryFailedError(
+        f"still failing after {episode.level} recovery levels ({why}). The history is restored to what it was "
+        "before this turn and attached to this error (err.history); lower Limits(max_payload=...), shorten the "
+        "system prompt or the message, or start a new session from err.history.",
+        history=before,
+        attempts=turn.attempts,
+        failure=failure,
+    ) from error
+
+
+def _undo_snapshot(ctx: FlowContext) -> tuple[list[Any], list[Any]] | None:
+    compactor = ctx.compactor
+    stack = getattr(compactor, "undo_stack", None)
+    if stack is None:
+        return None
+    return list(stack), list(getattr(compactor, "undo_results", []))
+
+
+def _roll_back(ctx: FlowContext, before: list[Message], undo: tuple[list[Any], list[Any]] | None,
+               exc: BaseException) -> None:  # fmt: skip
+    """The turn failed: nothing of it stays in the history (the events keep the record)."""
+    st = ctx.state
+    st.history = before
+    st.max_tokens = None
+    if undo is not None:  # compactions made inside the failed turn cannot be rewound to
+        ctx.compactor.undo_stack[:] = undo[0]
+        if hasattr(ctx.compactor, "undo_results"):
+            ctx.compactor.undo_results[:] = undo[1]
+    restore_budgets(ctx, "the recovery episode ended with the turn")
+    cancelled = isinstance(exc, KeyboardInterrupt | GeneratorExit) or type(exc).__name__ == "CancelledError"
+    what = "cancelled" if cancelled else "failed"
+    ctx.notify(
+        "turn_" + what,
+        f"turn {st.turn} {what} ({type(exc).__name__}) - the history is restored to its state before the turn",
+        "warning" if what == "failed" else "info",
+    )
+    emit_history(ctx, "rollback")
+
+
+def _output_cap(ctx: FlowContext) -> int:
+    from contextkit import backend
+
+    info = backend.model_info(ctx.state.model)
+    return int(info.get("max_output_tokens") or 128_000)

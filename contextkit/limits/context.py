@@ -1,0 +1,68 @@
+"""What every step of the turn flow shares: its collaborators (``FlowContext``), measuring, and the
+history event. No IO of its own: the archive is reached through its protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from contextkit.events import EventLog, HistoryEvent
+from contextkit.limits.evidence import EndpointEvidence
+from contextkit.limits.state import SessionState
+from contextkit.markers import ArchiveSink
+from contextkit.messages import Message
+from contextkit.prompt.prefix import PrefixProbe
+from contextkit.sizing import Measure, RequestMeter
+
+Effect = Any
+Flow = Generator[Effect, Any, Any]
+
+
+@dataclass
+class FlowContext:
+    """Collaborators of the flow. Only the archive writes anywhere, through its protocol."""
+
+    state: SessionState
+    archive: ArchiveSink
+    meter: RequestMeter
+    events: EventLog
+    compactor: Any
+    tools: list[dict[str, Any]]
+    params: Mapping[str, Any]
+    notify: Callable[[str, str, str], None]
+    summarizer_window: int | None = None
+    summarizer_shares_window: bool = False  # the summarizer is the session's own model
+    probe: PrefixProbe = field(default_factory=PrefixProbe)
+    breakpoints: bool = False  # place cache_control breakpoints (providers that need them)
+    recall_tool: dict[str, Any] | None = None  # offered from the first request after the archive holds content
+    archived: bool = False  # the archive received content since this context was created
+    cache_anchor: tuple[Message, ...] = ()  # the prefix up to the last request's anchor breakpoint
+
+    def evidence(self, endpoint: str | None = None) -> EndpointEvidence:
+        """What the endpoint (the session's model unless named) showed this session."""
+        return self.state.evidence.of(endpoint or self.state.model)
+
+
+def measure(ctx: FlowContext, history: Sequence[Message], **params: Any) -> Measure:
+    """Request bytes and tokens of ``history`` with the session's tools and request parameters
+    (``params`` over the session's: an escalated ``max_tokens``, ``stream``)."""
+    return ctx.meter.measure(history, tools=ctx.tools or None, **{**ctx.params, **params})
+
+
+def emit_history(ctx: FlowContext, reason: str) -> Measure:
+    st = ctx.state
+    m = measure(ctx, st.history)
+    ctx.events.append(
+        HistoryEvent(
+            session_id=st.session_id,
+            turn=st.turn,
+            messages=m.messages,
+            bytes=m.bytes,
+            tokens=m.tokens,
+            cap_bytes=st.cap,
+            context_window=st.context_window,
+            reason=reason,
+        )
+    )
+    return m

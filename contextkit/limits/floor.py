@@ -1,0 +1,89 @@
+"""The floor: the smallest request a session can still send, and the error when even that is too big.
+
+The floor is computed with the very policies recovery uses - the newest user message as its
+smallest excerpt (``policy.oversize``), Level-3 nuclear truncation, then content shrink down to
+pointers - run against a dry archive that stores nothing. So the diagnostic agrees with what
+truncation can actually keep: when the floor fits a limit, compaction can get under it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from contextkit.limits.context import FlowContext, measure
+from contextkit.messages import Message, newest_request_index
+from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, original_of
+from contextkit.policy.shrink import shrink_to_budget
+from contextkit.policy.testing import StagedSink
+from contextkit.policy.truncate import emergency_truncate
+from contextkit.sizing import Measure, format_size, request_bytes
+
+
+def minimal_history(ctx: FlowContext, history: Sequence[Message], dry: StagedSink) -> list[Message]:
+    """What recovery can reduce ``history`` to at most (``dry`` is never committed: nothing is archived)."""
+    lim = ctx.state.limits
+    out = list(history)
+    i = newest_request_index(out)
+    if i is not None:
+        original = original_of(out[i], ctx.archive)
+        got = excerpt_message(
+            original, max_chars=EXCERPT_MIN_CHARS, archive=dry, too_big_for="the 999.9 KB payload cap"
+        )
+        if got is not None and len(got[0].content) < len(out[i].content):
+            out[i] = got[0]
+    out, _ = emergency_truncate(
+        out, keep=lim.nuclear_keep_messages, archive=dry, per_message_cap=lim.nuclear_message_cap
+    )
+    out, _ = shrink_to_budget(out, budget=1, measure=lambda h: measure(ctx, h).bytes, archive=dry)
+    return out
+
+
+def floor_measure(ctx: FlowContext, history: Sequence[Message] | None = None) -> Measure:
+    """The smallest request: the minimal history, with the recall schema when reaching it archives
+    something (the recall tool is offered from the request after the first archive write)."""
+    out, tools = _floor_request(ctx, ctx.state.history if history is None else history)
+    return ctx.meter.measure(out, tools=tools or None, **ctx.params)
+
+
+def _floor_request(ctx: FlowContext, history: Sequence[Message]) -> tuple[list[Message], list[dict[str, Any]]]:
+    dry = StagedSink(ctx.archive)
+    out = minimal_history(ctx, history, dry)
+    if ctx.recall_tool is not None and (dry.staged or ctx.archived):
+        return out, [*ctx.tools, ctx.recall_tool]
+    return out, ctx.tools
+
+
+def floor_text(ctx: FlowContext, limit_text: str, floor: Measure, *, tokens: bool = False) -> str:
+    """An actionable floor message naming the real sizes (and no system prompt when there is none)."""
+    st = ctx.state
+    model = st.model
+    params = dict(ctx.params)  # the request parameters are part of every body, as in ``measure``
+    empty = request_bytes([], model=model, **params)
+    systems = [m for m in st.history if m.role == "system"]
+    system = request_bytes(systems, model=model, **params) - empty if systems else 0
+    _, tools = _floor_request(ctx, st.history)  # the recall schema too, when reaching the floor archives
+    schemas = request_bytes([], tools=tools, model=model, **params) - empty if tools else 0
+    i = newest_request_index(st.history)
+    newest = original_of(st.history[i], ctx.archive) if i is not None else None
+    parts, fixes = [], []
+    if system:
+        parts.append(f"the system prompt is {format_size(system)}")
+        fixes.append("shorten the system prompt (or drop skills/personas)")
+    if schemas:
+        user_tools = [t for t in tools if t.get("function", {}).get("name") != "recall"]
+        parts.append(f"the tool schemas are {format_size(schemas)}" + ("" if user_tools else " (the recall tool)"))
+        if user_tools:
+            fixes.append("register fewer tools or shorter tool descriptions")
+    if newest is not None:
+        size = len(newest.content.encode("utf-8", "surrogatepass"))
+        cut = " (it is sent as an excerpt when it does not fit)" if len(newest.content) > EXCERPT_MIN_CHARS else ""
+        parts.append(f"your newest message is {format_size(size)}{cut}")
+        if cut:
+            fixes.append("send a shorter message")
+    fixes.append("raise the provider's limit" if tokens else "raise the gateway's body-size limit")
+    smallest = f"{floor.tokens:,} tokens" if tokens else format_size(floor.bytes)
+    return (
+        f"{limit_text}, but the smallest request this session can send is {smallest} ({'; '.join(parts) or 'framing'}"
+        f"), so no history compaction can make it fit. To fix: {'; '.join(fixes)}."
+    )

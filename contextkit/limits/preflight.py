@@ -1,0 +1,345 @@
+"""Per-request steps of the turn flow: byte budgets, turn-boundary rewrites, the oversize rule,
+pre-flight and auto compaction, the outgoing copy and the known-limit check.
+
+No IO of its own: the archive is reached through its protocol and the compactor yields summary
+requests for the driver to run. Summary requests pass through ``run_compaction``, which feeds
+their outcomes to the session's evidence and never sends one at or above a known limit
+(``summary_evidence``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from contextkit.errors import PayloadFloorError
+from contextkit.events import CompactionEvent
+from contextkit.limits.context import Effect, Flow, FlowContext, emit_history, measure
+from contextkit.limits.floor import floor_measure, floor_text
+from contextkit.limits.learning import announce_window
+from contextkit.limits.summary_guard import watch_summaries
+from contextkit.markers import marker
+from contextkit.messages import Message, newest_request_index, to_wire_list
+from contextkit.policy.breakpoints import anchor_position, breakpoint_bytes, breakpoint_positions, with_breakpoints
+from contextkit.policy.budgets import enforce_tool_result_budgets, preview_chars
+from contextkit.policy.microcompact import MicrocompactConfig
+from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, original_of
+from contextkit.policy.pairing import repair_tool_pairing
+from contextkit.policy.pressure import PressureConfig, relieve_pressure
+from contextkit.sizing import MB, Measure, format_size, message_bytes
+
+NO_CAP_WARNING_BYTES = int(2.5 * MB)
+BYTES_PER_TOKEN = 4  # to size previews from the window: the usual ratio for English and code
+
+__all__ = [
+    "Effect",
+    "Flow",
+    "FlowContext",
+    "Request",
+    "byte_budget",
+    "compact_if_needed",
+    "emit_history",
+    "fit_newest_message",
+    "known_to_fail",
+    "measure",
+    "outgoing",
+    "request_for",
+    "run_compaction",
+    "summarizer_window",
+    "turn_boundary",
+]
+
+
+def byte_budget(ctx: FlowContext, m: Measure, ratio: float | None = None) -> int:
+    """Budget in request bytes: a share of the window (converted with this history's own
+    bytes-per-token) and at most 70% of the payload cap (headroom for schemas and framing)."""
+    st = ctx.state
+    bytes_per_token = m.bytes / m.tokens if m.tokens else 4.0
+    budget = int(st.context_window * (ratio or st.limits.budget_ratio) * bytes_per_token)
+    if st.cap:
+        budget = min(budget, int(0.7 * st.cap))
+    return max(budget, 1)
+
+
+def turn_boundary(ctx: FlowContext) -> None:
+    """No-LLM rewrites of the persistent history, cache-aware (issue 14).
+
+    Tool-result budgets cap a result when it arrives, before it is ever sent (the budgets are
+    idempotent, so results already sent are not touched again). The oversize rule comes next, so
+    the pressure pass sizes the request it will really send (with the excerpt of a paste too big to
+    send whole, never the paste). Read dedup and microcompact act only under pressure against the
+    limits in force (the cap, a size the endpoint rejected, the window, a token count that
+    overflowed), in one batched step (``policy/pressure.py``): below the trigger the request is
+    append-only and the provider's prompt cache survives.
+    """
+    st = ctx.state
+    history, budget = enforce_tool_result_budgets(
+        st.history, archive=ctx.archive, turn_budget=st.turn_budget, per_result=st.per_result_budget,
+        preview=_preview_chars(ctx),
+    )  # fmt: skip
+    if budget.changed:
+        ctx.notify("budget", budget.describe(), "info")
+        _turn_rewrite(ctx, "budget", budget.describe(), measure(ctx, st.history), history, budget.archived_keys)
+        st.history = history
+    announce_window(ctx)
+    fit_newest_message(ctx)  # first: the pass must size the excerpt that will be sent, not the paste
+    before = measure(ctx, st.history)
+    history, report = relieve_pressure(
+        st.history,
+        archive=ctx.archive,
+        measure=lambda h: measure(ctx, h),
+        window=_token_limit(ctx),
+        cap=_byte_limit(ctx),
+        config=PressureConfig.from_limits(st.limits),
+        micro=MicrocompactConfig.from_limits(st.limits),
+    )
+    if report.microcompact.changed:
+        ctx.notify("microcompact", report.microcompact.describe(), "info")
+    if report.dedup.changed:
+        ctx.notify("dedup", report.dedup.describe(), "info")
+    if report.acted and report.reason in ("applied", "excerpts"):
+        ctx.notify("pressure", report.describe() + " - the prompt cache restarts at the first rewritten result", "info")
+    if report.acted:
+        _turn_rewrite(ctx, "microcompact", report.describe(), before, history, report.archived_keys, report.reason)
+    if report.changed:
+        st.history = history
+    if budget.changed or report.changed:
+        emit_history(ctx, "microcompact")
+
+
+def _turn_rewrite(
+    ctx: FlowContext,
+    phase: str,
+    status: str,
+    before: Measure,
+    history: Sequence[Message],
+    keys: Sequence[str],
+    detail: str = "",
+) -> Measure:
+    """A level-1 rewrite made at a turn boundary, as a ``CompactionEvent`` (trigger ``turn``), so the
+    per-level analyses and the timeline see it next to the compactions."""
+    after = measure(ctx, history)
+    event = CompactionEvent(
+        session_id=ctx.state.session_id, turn=ctx.state.turn, trigger="turn", phase=phase, level=1,
+        status=status, outcome="applied", messages_before=before.messages, messages_after=after.messages,
+        bytes_before=before.bytes, bytes_after=after.bytes, tokens_before=before.tokens,
+        tokens_after=after.tokens, archived_keys=tuple(keys), detail=detail,
+    )  # fmt: skip
+    ctx.events.append(event)
+    return after
+
+
+def _preview_chars(ctx: FlowContext) -> int | None:
+    """How big an output over the per-result budget enters the history: a share of the tighter of
+    the byte limit and the token limit (``Limits.tool_result_preview_share``)."""
+    limits = [x for x in (_byte_limit(ctx), _token_limit(ctx) * BYTES_PER_TOKEN) if x]
+    return preview_chars(ctx.state.limits.tool_result_preview_share, min(limits) if limits else None)
+
+
+def _token_limit(ctx: FlowContext) -> int:
+    """Tokens a request must stay below: the window, and below what already overflowed."""
+    overflowed = ctx.evidence().smallest_overflow_tokens
+    window = ctx.state.context_window
+    return min(window, overflowed - 1) if overflowed else window
+
+
+def _byte_limit(ctx: FlowContext) -> int | None:
+    """Bytes a request may not exceed: the cap, and one byte below what the endpoint rejected."""
+    limits = [x for x in (ctx.state.cap, ctx.evidence().ceiling) if x is not None]
+    return min(limits) if limits else None
+
+
+def fit_newest_message(ctx: FlowContext) -> None:
+    """One rule for a newest user message that cannot fit, whatever binds (a learned or configured
+    cap, or the window): when the smallest request holding it whole is above the pre-flight line,
+    archive it and send a head + tail excerpt the model can page through with ``recall``.
+    ``PayloadFloorError`` only when even the smallest excerpt cannot fit."""
+    st = ctx.state
+    i = newest_request_index(st.history)
+    if i is None:
+        return
+    current = st.history[i]
+    systems = [m for m in st.history if m.role == "system"]
+    whole = measure(ctx, [*systems, current])
+    ratio = st.limits.preflight_ratio
+    tokens_limit = _token_limit(ctx)
+    over_bytes = bool(st.cap) and whole.bytes > ratio * st.cap  # type: ignore[operator]
+    over_tokens = whole.tokens > ratio * tokens_limit
+    if not (over_bytes or over_tokens):
+        return
+    what = (
+        f"the {st.cap_source or 'configured'} payload cap of {format_size(st.cap)}"
+        if over_bytes and st.cap
+        else f"the {st.context_window:,}-token context window"
+    )
+    newest = original_of(current, ctx.archive)  # an excerpt that no longer fits is cut again from its original
+    base = measure(ctx, systems)
+    room = max(byte_budget(ctx, whole) - base.bytes, 0) // 2
+    chars = max(EXCERPT_MIN_CHARS, int(room * len(newest.content) / max(1, message_bytes(newest))))
+    got = excerpt_message(newest, max_chars=chars, archive=ctx.archive, too_big_for=what)
+    if got is None or len(got[0].content) >= len(current.content):
+        return  # nothing smaller to offer: compaction and the known-limit check decide
+    excerpt, _ = got
+    fitted = measure(ctx, [*systems, excerpt])
+    if (st.cap and fitted.bytes > st.cap) or fitted.tokens >= tokens_limit:
+        tokens = not (st.cap and fitted.bytes > st.cap)
+        limit = what[0].upper() + what[1:] if not tokens else f"The model's window is {tokens_limit:,} tokens"
+        # report the smallest request this history can reach (the rest of it, the recall schema), not the excerpt alone
+        floor = floor_measure(ctx, [*st.history[:i], excerpt, *st.history[i + 1 :]])
+        fitted = floor if (floor.tokens if tokens else floor.bytes) > (fitted.tokens if tokens else fitted.bytes) else fitted
+        raise PayloadFloorError(
+            floor_text(ctx, limit, fitted, tokens=tokens),
+            base_bytes=fitted.bytes,
+            rejected_bytes=st.cap or 0,
+        )
+    st.history = [*st.history[:i], excerpt, *st.history[i + 1 :]]
+    size = format_size(len(newest.content.encode("utf-8", "surrogatepass")))
+    ctx.notify(
+        "message_excerpted",
+        f"your message ({size}) is too large to send whole under {what}: it is archived as "
+        f"{' '.join(marker(k) for k in excerpt.archive_keys)} and the model gets a {format_size(len(excerpt.content))} "
+        "head+tail excerpt it can page through with recall",
+        "warning",
+    )
+    emit_history(ctx, "excerpt")
+
+
+def compact_if_needed(ctx: FlowContext, *, trigger: str = "auto") -> Flow:
+    """The oversize rule, pre-flight (S5.2) and automatic compaction when over budget."""
+    st = ctx.state
+    announce_window(ctx)
+    fit_newest_message(ctx)
+    m = measure(ctx, st.history)
+    ratio = None
+    if st.cap and m.bytes > st.limits.preflight_ratio * st.cap:
+        pct = int(m.bytes * 100 / st.cap)
+        ctx.notify(
+            "preflight",
+            f"pre-flight: history {format_size(m.bytes)} = {pct}% of the {st.cap_source or 'configured'} cap ({format_size(st.cap)}) - compacting",
+            "warning",
+        )
+        ratio = st.limits.preflight_budget_ratio
+    elif not st.cap and m.bytes > NO_CAP_WARNING_BYTES and not st.size_warned:
+        st.size_warned = True
+        ctx.notify(
+            "size_warning",
+            f"history {format_size(m.bytes)} - if you are behind a proxy/gateway, set CONTEXTKIT_MAX_PAYLOAD "
+            "(e.g. 5MB) or Limits(max_payload=...) to the proxy's body limit",
+            "warning",
+        )
+    budget = byte_budget(ctx, m, ratio)
+    if m.bytes <= budget:
+        return
+    result = yield from run_compaction(ctx, trigger=trigger, budget=budget)
+    if result.changed:
+        st.history = list(result.history)
+        emit_history(ctx, "compaction")
+
+
+def run_compaction(ctx: FlowContext, *, trigger: str, budget: int, instruction: str | None = None) -> Flow:
+    """One compactor pass over the session history; returns its ``CompactionResult``."""
+    st = ctx.state
+    pass_ = ctx.compactor.flow(
+        st.history,
+        trigger=trigger,
+        budget=budget,
+        measure=lambda h: measure(ctx, h).bytes,
+        instruction=instruction,
+        summarizer_window=summarizer_window(ctx),
+    )
+    return (yield from watch_summaries(ctx, pass_))
+
+
+def summarizer_window(ctx: FlowContext) -> int | None:
+    """The summarizer's window, shrunk so its request also fits the payload cap: the summary input
+    is budgeted at half the window at 4 chars per token, so cap // 4 keeps it near half the cap."""
+    window = ctx.summarizer_window
+    if ctx.summarizer_shares_window:
+        # Same model: a window learned from a provider's overflow applies to the summary request too.
+        window = min(window, ctx.state.context_window) if window else ctx.state.context_window
+    cap = ctx.state.cap
+    if cap:
+        return min(window, cap // 4) if window else cap // 4
+    return window
+
+
+def outgoing(ctx: FlowContext) -> tuple[list[Message], Measure]:
+    """The request copy: pairing repaired. Tool-result budgets were applied when each result arrived
+    (``turn_boundary``), so the copy is the history itself and never rewrites a message already sent."""
+    st = ctx.state
+    repaired, report = repair_tool_pairing(st.history, archive=ctx.archive)
+    if report.changed:
+        st.history = repaired
+        archived = " ".join(marker(k) for k in report.archived_keys)
+        ctx.notify(
+            "pairing", report.describe() + (f"; removed results archived as {archived}" if archived else ""), "info"
+        )
+    if ctx.recall_tool is not None and ctx.archived:
+        # Once, in the request that follows the first archive write: that request already rewrites
+        # the history (the write came from a rewrite), so the cache break is shared. Never removed.
+        ctx.tools = [*ctx.tools, ctx.recall_tool]
+        ctx.recall_tool = None
+        ctx.notify("recall_tool", "content was archived: the recall tool is offered from now on", "info")
+    out = list(st.history)
+    return out, measure(ctx, out)
+
+
+def known_to_fail(ctx: FlowContext, sent: Measure) -> str | None:
+    """Why this request must not be sent (the cap is a hard limit; a size the endpoint rejected,
+    or a token count that overflowed, is never sent again), or None."""
+    st = ctx.state
+    ev = ctx.evidence()
+    if st.cap and sent.bytes > st.cap:
+        return f"the request is {format_size(sent.bytes)}, above the {st.cap_source or 'configured'} payload cap ({format_size(st.cap)})"
+    if ev.ceiling is not None and sent.bytes > ev.ceiling:
+        return f"the request is {format_size(sent.bytes)}; this endpoint rejected {format_size(ev.ceiling + 1)} before"
+    overflowed = ev.smallest_overflow_tokens
+    if overflowed and sent.tokens >= overflowed:
+        return f"the request is {sent.tokens:,} tokens; a {overflowed:,}-token request already overflowed the window"
+    return None
+
+
+def check_known_floor(ctx: FlowContext) -> None:
+    """Before climbing for a request we refused to send: fail fast when even the floor breaks the limit."""
+    st = ctx.state
+    floor = floor_measure(ctx)
+    ev = ctx.evidence()
+    limit_bytes = _byte_limit(ctx)
+    overflowed = ev.smallest_overflow_tokens
+    if limit_bytes is not None and floor.bytes > limit_bytes:
+        text = f"The {st.cap_source or 'configured'} payload cap is {format_size(limit_bytes)}"
+        raise PayloadFloorError(floor_text(ctx, text, floor), base_bytes=floor.bytes, rejected_bytes=limit_bytes + 1)
+    if overflowed and floor.tokens >= overflowed:
+        text = f"A {overflowed:,}-token request overflowed the model's window"
+        raise PayloadFloorError(
+            floor_text(ctx, text, floor, tokens=True), base_bytes=floor.bytes, rejected_bytes=limit_bytes or 0
+        )
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as it will be sent."""
+
+    wire: list[dict[str, Any]]  # the messages without breakpoints: what the prefix probe compares
+    messages: list[dict[str, Any]]  # as sent: with cache_control breakpoints for providers that need them
+    sent: Measure  # bytes and tokens as sent, the breakpoints' bytes included (the hard limit sees them)
+    anchor: tuple[Message, ...]  # the prefix up to this request's anchor, to remember once it is sent
+
+
+def request_for(ctx: FlowContext, out: Sequence[Message], sent: Measure) -> Request:
+    """``out`` as sent (``policy/breakpoints.py``). Pure: the flow stores ``anchor`` in
+    ``ctx.cache_anchor`` only when the request really goes out (a refused one moves no anchor)."""
+    wire = to_wire_list(out)
+    if not ctx.breakpoints:
+        return Request(wire, wire, sent, ())
+    previous = ctx.cache_anchor
+    still_valid = bool(previous) and tuple(out[: len(previous)]) == previous
+    positions = breakpoint_positions(out, previous_anchor=len(previous) - 1 if still_valid else None)
+    anchor = anchor_position(out)
+    return Request(
+        wire,
+        with_breakpoints(wire, positions),
+        replace(sent, bytes=sent.bytes + breakpoint_bytes(positions)),
+        tuple(out[: anchor + 1]) if anchor is not None else (),
+    )

@@ -1,0 +1,182 @@
+"""Recovery after a failure the evidence says is about size (S5): learn the limit, check the floor,
+climb one rung of the 3-level ladder, add the one-time payload notice. Changes only the session's
+own state; a failure that is not about size never reaches this module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from contextkit.errors import PayloadFloorError
+from contextkit.events import RecoveryEvent
+from contextkit.failures.classify import Failure
+from contextkit.limits.context import Flow, FlowContext, emit_history, measure
+from contextkit.limits.evidence import Verdict, gateway_how, learned_cap, learned_window
+from contextkit.limits.floor import floor_measure, floor_text
+from contextkit.limits.learning import halve_budgets, learn_cap, learn_window
+from contextkit.limits.preflight import compact_if_needed
+from contextkit.limits.state import PAYLOAD_NOTICE, PAYLOAD_NOTICE_CHAT
+from contextkit.messages import Message
+from contextkit.policy.budgets import aggressive_level1
+from contextkit.policy.truncate import emergency_truncate
+from contextkit.sizing import Measure, format_size
+
+KNOWN_LIMIT = "known_limit"  # RecoveryEvent.failure_kind of a request refused before sending
+
+
+@dataclass
+class Episode:
+    """One recovery episode: the failures of a turn until a request goes through."""
+
+    level: int = 0
+    window_learned: bool = False
+
+
+def record_recovery(
+    ctx: FlowContext,
+    outcome: str,
+    *,
+    level: int = 0,
+    failure: Failure | None = None,
+    before: Measure | None = None,
+    after: Measure | None = None,
+    keys: tuple[str, ...] = (),
+    kind: str = "",
+    reason: str = "",
+) -> None:
+    """Append one ``RecoveryEvent`` (S5.7): kind, level, sizes before/after, outcome."""
+    st = ctx.state
+    ctx.events.append(
+        RecoveryEvent(
+            session_id=st.session_id,
+            turn=st.turn,
+            failure_kind=failure.kind.value if failure else kind,
+            reason=failure.reason if failure else reason,
+            level=level,
+            attempt=level,
+            outcome=outcome,
+            bytes_before=before.bytes if before else 0,
+            tokens_before=before.tokens if before else 0,
+            messages_before=before.messages if before else 0,
+            bytes_after=after.bytes if after else 0,
+            tokens_after=after.tokens if after else 0,
+            messages_after=after.messages if after else 0,
+            archived_keys=keys,
+        )
+    )
+
+
+def check_floor(ctx: FlowContext, failure: Failure, sent: Measure) -> int:
+    """S5.4: fail fast when the smallest request recovery can make is as big as the rejected one;
+    returns that floor in bytes."""
+    rejected = failure.rejected_bytes or sent.bytes
+    floor = floor_measure(ctx)
+    if floor.bytes >= rejected:
+        record_recovery(ctx, "floor", failure=failure, before=sent)
+        raise PayloadFloorError(
+            floor_text(ctx, f"The gateway rejected a {format_size(rejected)} request", floor),
+            base_bytes=floor.bytes,
+            rejected_bytes=rejected,
+            failure=failure,
+        )
+    base = measure(ctx, [m for m in ctx.state.history if m.role == "system"])
+    if base.bytes >= rejected * 3 // 4:
+        has_system = any(m.role == "system" for m in ctx.state.history)
+        what = " and ".join(w for w, on in (("system prompt", has_system), ("tool schemas", bool(ctx.tools))) if on)
+        ctx.notify(
+            "floor_warning",
+            f"{what or 'the request framing'} alone {'are' if ' and ' in what else 'is'} {format_size(base.bytes)} - "
+            f"close to the gateway's rejection size ({format_size(rejected)}); consider fewer tools or a shorter "
+            "system prompt",
+            "warning",
+        )
+    return floor.bytes
+
+
+def learn(ctx: FlowContext, verdict: Verdict, sent: Measure, episode: Episode) -> None:
+    """What a size failure teaches: an overflow a token window, a gateway rejection a byte cap."""
+    st = ctx.state
+    failure = verdict.failure
+    ev = ctx.evidence()
+    if verdict.about_window:
+        stated = failure.window_tokens
+        if stated is None or stated < sent.tokens:
+            # our count agrees it overflowed: never send this many tokens again. (A stated window above
+            # our count means the provider counts more, or reserves the output: the window is the lesson.)
+            ev.overflowed(sent.tokens)
+        got = learned_window(
+            failure,
+            sent.tokens,
+            st.context_window,
+            assumed=st.window_source == "assumed",
+            learned_this_episode=episode.window_learned,
+        )
+        if got is not None:
+            learn_window(ctx, *got)
+            episode.window_learned = True
+        return
+    rejected = failure.rejected_bytes or sent.bytes
+    how = gateway_how(failure)
+    ev.rejected(rejected, how)
+    floor = check_floor(ctx, failure, sent)
+    new = learned_cap(rejected, floor=floor, current=st.cap)
+    if new is not None:
+        learn_cap(ctx, new, rejected=rejected, how=how)
+
+
+def apply_level(ctx: FlowContext, level: int) -> tuple[str, ...]:
+    """S5.1: one rung of the ladder on the persistent history; returns the archive keys created."""
+    st = ctx.state
+    lim = st.limits
+    report: Any
+    if level == 1:
+        halve_budgets(ctx, "recovery level 1: tool-result budgets halved for this episode")
+        history, report = aggressive_level1(
+            st.history,
+            archive=ctx.archive,
+            turn_budget=st.turn_budget,
+            per_result=st.per_result_budget,
+            assistant_cap=lim.assistant_cap_level1,
+        )
+    elif level == 2:
+        history, report = emergency_truncate(st.history, keep=lim.emergency_keep_messages, archive=ctx.archive)
+    else:
+        history, report = emergency_truncate(
+            st.history, keep=lim.nuclear_keep_messages, archive=ctx.archive, per_message_cap=lim.nuclear_message_cap
+        )
+    st.history = list(history)
+    return tuple(getattr(report, "archived_keys", ()))
+
+
+def add_payload_notice(ctx: FlowContext) -> None:
+    """S5.5: once per session, just before the latest user message; advice about file reads only
+    when the session has tools that read."""
+    st = ctx.state
+    if st.has_payload_notice():
+        return
+    has_tools = any(t.get("function", {}).get("name") != "recall" for t in ctx.tools)
+    # verbatim: shrink must not reduce it to a pointer (it would then be added again, once per shrink)
+    notice = Message.user(PAYLOAD_NOTICE if has_tools else PAYLOAD_NOTICE_CHAT, synthetic=True, preserve_verbatim=True)
+    last_user = max((i for i, m in enumerate(st.history) if m.role == "user"), default=len(st.history))
+    st.history = [*st.history[:last_user], notice, *st.history[last_user:]]
+    ctx.notify("payload_notice", "added a one-time notice asking the model to keep requests small", "info")
+
+
+def recover(ctx: FlowContext, verdict: Verdict | None, sent: Measure, level: int, episode: Episode,
+            *, refusal: str = "") -> Flow:  # fmt: skip
+    """Learn from ``verdict`` (None: the request was refused before sending), climb to ``level``."""
+    st = ctx.state
+    before = measure(ctx, st.history)
+    why = verdict.failure.reason if verdict else refusal
+    ctx.notify("recovery", f"recoverable failure ({why}) - compacting and retrying (level {level})", "warning")
+    if verdict is not None:
+        learn(ctx, verdict, sent, episode)
+    keys = apply_level(ctx, level)
+    st.stats.count_recovery(level)
+    yield from compact_if_needed(ctx, trigger="recovery")
+    if verdict is not None and verdict.about_bytes:
+        add_payload_notice(ctx)
+    after = emit_history(ctx, "recovery")
+    failure = verdict.failure if verdict else None
+    record_recovery(ctx, "retrying", level=level, failure=failure, before=before, after=after, keys=keys,
+                    kind=KNOWN_LIMIT, reason=refusal)  # fmt: skip

@@ -1,0 +1,139 @@
+"""Per-session mutable state and counters. Owned by one Session; never shared or process-wide."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from contextkit.limits.evidence import EvidenceBook
+from contextkit.messages import Message
+from contextkit.settings import Limits
+
+PAYLOAD_NOTICE_MARKER = "[SYSTEM NOTICE - PAYLOAD LIMIT HIT]"
+PAYLOAD_NOTICE = (
+    PAYLOAD_NOTICE_MARKER + " A proxy/gateway rejected the previous request because of its body size. The history "
+    "was compacted to recover. Going forward: (1) when reading files, prefer targeted reads with line ranges instead "
+    "of whole files; (2) prefer grep with specific patterns over full-file reads; (3) if you read a large file before, "
+    "recall the archived original with @recall <<ccr:KEY>> or re-read specific ranges instead of repeating the read; "
+    "(4) summarize findings incrementally instead of accumulating raw tool output."
+)
+# the same notice for a chat without tools: no advice about file reads the model cannot make
+PAYLOAD_NOTICE_CHAT = (
+    PAYLOAD_NOTICE_MARKER + " A proxy/gateway rejected the previous request because of its body size. The history "
+    "was compacted to recover; what was removed is archived and can be brought back with @recall <<ccr:KEY>>. "
+    "Going forward: keep answers focused, refer back to earlier material instead of repeating it, and summarize "
+    "long material incrementally."
+)
+CONTINUATION = (
+    "Your response was cut off at the token limit. Resume DIRECTLY from where you stopped - do not repeat any content."
+)
+INTERRUPTED = (
+    "Your response was cut off by a connection error. Resume DIRECTLY from where you stopped - do not repeat any "
+    "content."
+)
+
+
+@dataclass
+class SessionStats:
+    """Counters persisted with the session (S4.15, S6)."""
+
+    requests: int = 0
+    failures_by_kind: dict[str, int] = field(default_factory=dict)
+    recoveries_by_level: dict[str, int] = field(default_factory=dict)
+    compactions: int = 0
+    level3_falls: int = 0
+    summary_calls: int = 0
+    summarizer_prompt_tokens: int = 0
+    summarizer_completion_tokens: int = 0
+    summarizer_cost: float = 0.0
+    bytes_sent: int = 0
+    tokens_sent: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    cached_prompt_tokens: int = 0  # prompt tokens the provider served from its prompt cache
+    cache_write_tokens: int = 0
+    cache_breaks: int = 0  # requests whose previous request body was not a prefix (S10.2)
+    retries: int = 0
+    escalations: int = 0
+    tool_calls: int = 0
+
+    @property
+    def cached_share(self) -> float | None:
+        """Share of prompt tokens served from the provider's prompt cache (None before any reply)."""
+        return self.cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The counters, plus ``cached_share`` (derived; ignored by ``from_dict``)."""
+        return asdict(self) | {"cached_share": self.cached_share}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionStats:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def count_failure(self, kind: str) -> None:
+        self.failures_by_kind[kind] = self.failures_by_kind.get(kind, 0) + 1
+
+    def count_recovery(self, level: int) -> None:
+        key = str(level)
+        self.recoveries_by_level[key] = self.recoveries_by_level.get(key, 0) + 1
+
+
+@dataclass
+class SessionState:
+    """Everything the turn flow reads and changes. Session-local by construction."""
+
+    model: str
+    session_id: str
+    limits: Limits
+    context_window: int
+    history: list[Message] = field(default_factory=list)
+    cap: int | None = None
+    cap_source: str | None = None
+    turn_budget: int = 200_000
+    per_result_budget: int = 20_000
+    size_warned: bool = False
+    stats: SessionStats = field(default_factory=SessionStats)
+    max_tokens: int | None = None
+    turns: int = 0  # user turns started (event turn numbers)
+    window_source: str = "model"  # configured | model | assumed | learned
+    base_window: int = 0  # the window before anything was learned (what reset_limits restores)
+    base_window_source: str = "model"
+    evidence: EvidenceBook = field(default_factory=EvidenceBook)
+    clean_turns: int = 0  # successful turns since the last size failure or limit change
+    window_announced: bool = False
+
+    @classmethod
+    def create(
+        cls, model: str, session_id: str, limits: Limits, context_window: int, *, window_source: str = "model"
+    ) -> SessionState:
+        cap = limits.payload_cap
+        return cls(
+            model=model,
+            session_id=session_id,
+            limits=limits,
+            context_window=context_window,
+            cap=cap,
+            cap_source="configured" if cap else None,
+            turn_budget=limits.tool_result_turn_budget,
+            per_result_budget=limits.tool_result_max_chars,
+            window_source=window_source,
+            base_window=context_window,
+            base_window_source=window_source,
+        )
+
+    @property
+    def turn(self) -> int:
+        """The user-turn count: what every event's ``turn`` carries."""
+        return self.turns
+
+    @property
+    def budgets_halved(self) -> bool:
+        return (self.turn_budget, self.per_result_budget) != (
+            self.limits.tool_result_turn_budget,
+            self.limits.tool_result_max_chars,
+        )
+
+    def has_payload_notice(self) -> bool:
+        return any(PAYLOAD_NOTICE_MARKER in m.content for m in self.history)
