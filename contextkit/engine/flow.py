@@ -29,7 +29,7 @@ in the events only. Archive writes stay (append-only).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -41,7 +41,7 @@ from contextkit.engine.tool_round import run_tool_round
 from contextkit.errors import AuthenticationFailed, ProviderError, RecoveryFailedError, UsageError
 from contextkit.failures.classify import Failure, FailureKind
 from contextkit.limits.context import Effect, Flow, FlowContext, emit_history, measure
-from contextkit.limits.evidence import Lesson, judge
+from contextkit.limits.evidence import Lesson, Verdict, judge
 from contextkit.limits.learning import after_clean_turn, restore_budgets
 from contextkit.limits.preflight import (
     check_known_floor,
@@ -82,7 +82,7 @@ __all__ = [
 
 @dataclass
 class _TurnTally:
-    """What one turn accumulates for its ``Reply``."""
+    """What one turn accumulates across its requests: the ``Reply``'s figures and the loop's state."""
 
     attempts: list[dict[str, Any]] = field(default_factory=list)
     answer: Answer = field(default_factory=Answer)  # the current round's text across continuations
@@ -94,7 +94,25 @@ class _TurnTally:
     escalations: int = 0
     size_failures: int = 0
     once_retries: int = 0
+    retries: int = 0  # transient retries since the last answered request
+    episode: Episode = field(default_factory=Episode)  # the recovery episode in progress (level 0: none)
+    probed: set[str] = field(default_factory=set)  # bodies re-sent without streaming after an empty stream
     recalled: set[str] = field(default_factory=set)  # keys the model asked for with @recall in its text
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """One request, ready to go: the outgoing history, its measure and parameters."""
+
+    out: list[Message]
+    sent: Measure
+    params: dict[str, Any]
+    request: Any  # preflight.request_for's outgoing copy (wire messages, cache anchor)
+    refusal: str | None  # why the request is known to fail (it is not sent), or None
+
+
+# What a step tells the loop: go round again, or the turn's reply.
+_AGAIN = None
 
 
 def turn_flow(ctx: FlowContext, new_messages: Sequence[Message], *, stream: bool = False, max_rounds: int = 50) -> Flow:
@@ -125,183 +143,249 @@ def turn_flow(ctx: FlowContext, new_messages: Sequence[Message], *, stream: bool
 
 
 def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: int) -> Flow:
-    st = ctx.state
+    """The loop of one turn: prepare a request, send it (or climb the ladder without sending what is
+    known to fail), then act on the failure or the reply, until a step returns the turn's reply."""
     turn = _TurnTally()
-    answer = turn.answer
-    episode = Episode()
-    retries = 0
-    probed: set[str] = set()  # bodies re-sent without streaming after an empty stream
     while True:
-        # Every request is a turn boundary in an agent loop: age tool results, then pre-flight.
-        turn_boundary(ctx)
-        yield from compact_if_needed(ctx)
-        out, sent = outgoing(ctx)
-        params = dict(ctx.params)
-        if st.max_tokens:
-            params["max_tokens"] = st.max_tokens
-        if stream or st.max_tokens:
-            sent = measure(ctx, out, **params, stream=stream)  # the body as sent: streamed, escalated max_tokens
-        request = request_for(ctx, out, sent)
-        sent = request.sent
-        refusal = known_to_fail(ctx, sent)
-        if refusal is not None:
-            # Never send what is known to fail: climb the ladder without a request.
-            check_known_floor(ctx)
-            _give_up_if_exhausted(ctx, episode, turn, before, None, sent, refusal)
-            ctx.notify("not_sent", f"not sending: {refusal}", "warning")
-            record_recovery(ctx, "not_sent", level=episode.level, before=sent, kind=KNOWN_LIMIT, reason=refusal)
-            turn.size_failures += 1
-            yield from recover(ctx, None, sent, episode.level + 1, episode, refusal=refusal)
-            episode.level += 1
+        prepared = yield from _prepare(ctx, stream)
+        if prepared.refusal is not None:
+            yield from _climb_unsent(ctx, turn, before, prepared)
             continue
-        body = request_body(request.wire, ctx.tools)
-        digest = hashlib.sha256(body).hexdigest()
-        sample = ctx.probe.feed(body)
-        st.stats.cache_breaks += sample.cache_break
-        purpose = "continuation" if answer.parts else "turn"
-        ctx.cache_anchor = request.anchor
-        call = CallModel(
-            request.messages, ctx.tools or None, params, sent.bytes, sent.tokens, stream=stream, purpose=purpose
-        )
-        outcome, failure = yield from send_request(ctx, call, sent, episode.level, len(turn.attempts) + 1, sample)
-        unread = failure is not None and failure.kind != FailureKind.CONTEXT_OVERFLOW and digest not in probed
-        if isinstance(outcome, ModelFailure) and outcome.empty and unread:
-            # The stream hid the provider's answer: ask once without streaming to read it.
-            probed.add(digest)
-            assert failure is not None
-            turn.attempts.append(attempt_record(failure, episode.level, sent))
-            st.stats.count_failure(failure.kind.value)
-            ctx.notify(
-                "empty_stream",
-                "the provider ended the stream without any content - asking once more without streaming to "
-                "read its answer or its error",
-                "warning",
-            )
-            call = replace(call, stream=False, purpose="probe")
-            outcome, failure = yield from send_request(ctx, call, sent, episode.level, len(turn.attempts) + 1, sample)
-
+        outcome, failure, digest = yield from _send(ctx, turn, prepared, stream)
         if isinstance(outcome, ModelFailure):
             assert failure is not None
-            turn.attempts.append(attempt_record(failure, episode.level, sent))
-            st.stats.count_failure(failure.kind.value)
-            if outcome.partial:  # the model had started answering: the body was accepted
-                ctx.evidence().accepted(sent.bytes, sent.tokens)
-            if failure.kind == FailureKind.AUTH:
-                raise AuthenticationFailed(
-                    f"the provider refused the credentials ({failure.reason}); check api_key / the provider's key "
-                    "variable. No recovery was attempted.",
-                    failure=failure,
-                ) from outcome.error
-            ev = ctx.evidence()
-            verdict = judge(ev, failure, sent_bytes=sent.bytes, sent_tokens=sent.tokens, seen=ev.failed(digest))
-            if verdict.lesson == Lesson.FAIL and answer.interrupted and not answer.voids:
-                # The provider refuses to continue the interrupted answer: void it and ask again.
-                yield from answer.void(ctx, failure, stream)
-                continue
-            if verdict.lesson == Lesson.FAIL and answer.parts and not answer.interrupted:
-                # The provider refuses to continue an answer cut at max_tokens: keep it as it is (what a
-                # turn without escalation returns) rather than fail the turn and lose it.
-                ctx.notify(
-                    "continuation_refused",
-                    f"the provider refused to continue the answer cut at max_tokens ({failure.reason}); "
-                    "the reply is the answer so far (finish_reason=length)",
-                    "warning",
-                )
-                return _finish(ctx, turn, ModelReply("", finish_reason="length"), out)
-            if verdict.lesson == Lesson.RETRY:
-                # a request's one retry before its failure counts as evidence; bounded per turn all the same
-                once = verdict.once and turn.once_retries <= 2 * st.limits.max_recovery_attempts
-                turn.once_retries += once
-                if not once and retries >= st.limits.max_retries:
-                    raise ProviderError(
-                        f"request failed after {retries + 1} tries: {verdict.why}. The provider or network kept "
-                        "failing; try again later or raise Limits(max_retries=...). If a proxy in front of the "
-                        "provider drops large bodies, set Limits(max_payload=...) to its limit.",
-                        failure=verdict.failure,
-                    ) from outcome.error
-                retries += 0 if once else 1
-                st.stats.retries += 1
-                delay = (
-                    failure.retry_after
-                    if failure.retry_after is not None
-                    else st.limits.retry_backoff * 2 ** max(retries - 1, 0)
-                )
-                again = "continuing the answer from where it stopped" if outcome.partial else "retrying"
-                ctx.notify("retry", f"{verdict.why} - {again} in {delay:.1f} s", "info")
-                yield Sleep(delay)
-                yield from answer.resume(ctx, outcome.partial, verdict.why, episode.level, stream)
-                continue
-            if verdict.lesson == Lesson.FAIL:
-                raise ProviderError(
-                    f"request failed: {verdict.failure.reason}. This is not a size problem, so this failure compacted "
-                    "nothing and taught no limit; the history is as it was before this turn.",
-                    failure=verdict.failure,
-                ) from outcome.error
-            turn.size_failures += 1
-            _give_up_if_exhausted(ctx, episode, turn, before, verdict.failure, sent, "", outcome.error)
-            yield from recover(ctx, verdict, sent, episode.level + 1, episode)
-            episode.level += 1
-            yield from answer.resume(ctx, outcome.partial, verdict.why, episode.level, stream)
-            continue
+            reply = yield from _after_failure(ctx, turn, before, prepared, digest, outcome, failure, stream)
+        else:
+            assert isinstance(outcome, ModelReply)
+            reply = yield from _after_reply(ctx, turn, prepared, outcome, stream, max_rounds)
+        if reply is not _AGAIN:
+            return reply
 
-        assert isinstance(outcome, ModelReply)
-        ctx.evidence().accepted(sent.bytes, sent.tokens)
-        retries = 0
-        turn.prompt_tokens += outcome.prompt_tokens
-        turn.completion_tokens += outcome.completion_tokens
-        turn.cost += outcome.cost
-        st.stats.prompt_tokens += outcome.prompt_tokens
-        st.stats.completion_tokens += outcome.completion_tokens
-        st.stats.cost += outcome.cost
-        st.stats.cached_prompt_tokens += outcome.cached_prompt_tokens
-        st.stats.cache_write_tokens += outcome.cache_write_tokens
-        turn.attempts.append(
-            {"outcome": "ok", "level": episode.level, "bytes": sent.bytes, "finish_reason": outcome.finish_reason}
+
+def _prepare(ctx: FlowContext, stream: bool) -> Generator[Effect, Any, _Prepared]:
+    """Every request is a turn boundary in an agent loop: age tool results, pre-flight, then the
+    outgoing copy measured as it will be sent (streamed, with an escalated ``max_tokens``)."""
+    st = ctx.state
+    turn_boundary(ctx)
+    yield from compact_if_needed(ctx)
+    out, sent = outgoing(ctx)
+    params = dict(ctx.params)
+    if st.max_tokens:
+        params["max_tokens"] = st.max_tokens
+    if stream or st.max_tokens:
+        sent = measure(ctx, out, **params, stream=stream)
+    request = request_for(ctx, out, sent)
+    return _Prepared(out, request.sent, params, request, known_to_fail(ctx, request.sent))
+
+
+def _climb_unsent(ctx: FlowContext, turn: _TurnTally, before: list[Message], prepared: _Prepared) -> Flow:
+    """Never send what is known to fail: climb the ladder without a request."""
+    episode, sent, refusal = turn.episode, prepared.sent, prepared.refusal or ""
+    check_known_floor(ctx)
+    _give_up_if_exhausted(ctx, episode, turn, before, None, sent, refusal)
+    ctx.notify("not_sent", f"not sending: {refusal}", "warning")
+    record_recovery(ctx, "not_sent", level=episode.level, before=sent, kind=KNOWN_LIMIT, reason=refusal)
+    turn.size_failures += 1
+    yield from recover(ctx, None, sent, episode.level + 1, episode, refusal=refusal)
+    episode.level += 1
+
+
+def _send(
+    ctx: FlowContext, turn: _TurnTally, prepared: _Prepared, stream: bool
+) -> Generator[Effect, Any, tuple[Any, Failure | None, str]]:
+    """Send the request (counted, classified, recorded); returns the outcome, its failure and the
+    digest of the body (the evidence counts failures per body). An empty stream hid the provider's
+    answer: the same body is asked once more without streaming, to read it."""
+    st, sent, request = ctx.state, prepared.sent, prepared.request
+    body = request_body(request.wire, ctx.tools)
+    digest = hashlib.sha256(body).hexdigest()
+    sample = ctx.probe.feed(body)
+    st.stats.cache_breaks += sample.cache_break
+    purpose = "continuation" if turn.answer.parts else "turn"
+    ctx.cache_anchor = request.anchor
+    call = CallModel(
+        request.messages, ctx.tools or None, prepared.params, sent.bytes, sent.tokens, stream=stream, purpose=purpose
+    )
+    level = turn.episode.level
+    outcome, failure = yield from send_request(ctx, call, sent, level, len(turn.attempts) + 1, sample)
+    unread = failure is not None and failure.kind != FailureKind.CONTEXT_OVERFLOW and digest not in turn.probed
+    if isinstance(outcome, ModelFailure) and outcome.empty and unread:
+        turn.probed.add(digest)
+        assert failure is not None
+        turn.attempts.append(attempt_record(failure, level, sent))
+        st.stats.count_failure(failure.kind.value)
+        ctx.notify(
+            "empty_stream",
+            "the provider ended the stream without any content - asking once more without streaming to "
+            "read its answer or its error",
+            "warning",
         )
-        if episode.level:
-            record_recovery(ctx, "recovered", level=episode.level, before=sent)
-            restore_budgets(ctx, "the request of the recovery episode went through")
-            episode = Episode()
-        if outcome.tool_calls:
-            if turn.tool_rounds >= max_rounds:
-                raise ProviderError(
-                    f"the model kept calling tools after {max_rounds} tool rounds without answering; raise "
-                    "send(..., max_rounds=...) or check the tools"
-                )
-            turn.tool_rounds += 1
-            shown, kept = answer.finish(ctx, outcome.content)
-            if stream:
-                yield StreamNote("tool_round", shown, show="\n" if shown and not shown.endswith("\n") else "")
-            yield from run_tool_round(ctx, replace(outcome, content=kept))
-            turn.tool_calls += len(outcome.tool_calls)
-            continue
-        if (
-            not answer.parts
-            and outcome.finish_reason != "length"
-            and turn.tool_rounds < max_rounds
-            and model_recall_round(ctx, outcome.content, turn.recalled)
-        ):
-            # the model wrote @recall <<ccr:KEY>>: a recall round (a round like a tool round), then ask again
-            turn.tool_rounds += 1
-            shown, _ = answer.finish(ctx, outcome.content)
-            if stream:
-                yield StreamNote("tool_round", shown, reason="@recall", show="" if shown.endswith("\n") else "\n")
-            continue
-        if outcome.finish_reason == "length" and turn.escalations < st.limits.max_token_escalations:
-            current = st.max_tokens or int(ctx.params.get("max_tokens") or 4096)
-            new = min(current * 2, _output_cap(ctx))
-            if new > current:
-                turn.escalations += 1
-                st.stats.escalations += 1
-                st.max_tokens = new
-                ctx.notify(
-                    "escalation", f"reply cut at the token limit - max_tokens raised to {new}, continuing", "info"
-                )
-                answer.keep(ctx, outcome.content, CONTINUATION)
-                if stream:
-                    yield StreamNote("continuation", reason=f"finish_reason=length - max_tokens raised to {new}")
-                continue
-        return _finish(ctx, turn, outcome, out)
+        call = replace(call, stream=False, purpose="probe")
+        outcome, failure = yield from send_request(ctx, call, sent, level, len(turn.attempts) + 1, sample)
+    return outcome, failure, digest
+
+
+def _after_failure(
+    ctx: FlowContext,
+    turn: _TurnTally,
+    before: list[Message],
+    prepared: _Prepared,
+    digest: str,
+    outcome: ModelFailure,
+    failure: Failure,
+    stream: bool,
+) -> Generator[Effect, Any, Reply | None]:
+    """Judge the failure on the session's evidence: fail, retry, or recover and go round again."""
+    st, sent, answer, episode = ctx.state, prepared.sent, turn.answer, turn.episode
+    turn.attempts.append(attempt_record(failure, episode.level, sent))
+    st.stats.count_failure(failure.kind.value)
+    if outcome.partial:  # the model had started answering: the body was accepted
+        ctx.evidence().accepted(sent.bytes, sent.tokens)
+    if failure.kind == FailureKind.AUTH:
+        raise AuthenticationFailed(
+            f"the provider refused the credentials ({failure.reason}); check api_key / the provider's key "
+            "variable. No recovery was attempted.",
+            failure=failure,
+        ) from outcome.error
+    ev = ctx.evidence()
+    verdict = judge(ev, failure, sent_bytes=sent.bytes, sent_tokens=sent.tokens, seen=ev.failed(digest))
+    if verdict.lesson == Lesson.FAIL and answer.interrupted and not answer.voids:
+        # The provider refuses to continue the interrupted answer: void it and ask again.
+        yield from answer.void(ctx, failure, stream)
+        return _AGAIN
+    if verdict.lesson == Lesson.FAIL and answer.parts and not answer.interrupted:
+        # The provider refuses to continue an answer cut at max_tokens: keep it as it is (what a
+        # turn without escalation returns) rather than fail the turn and lose it.
+        ctx.notify(
+            "continuation_refused",
+            f"the provider refused to continue the answer cut at max_tokens ({failure.reason}); "
+            "the reply is the answer so far (finish_reason=length)",
+            "warning",
+        )
+        return _finish(ctx, turn, ModelReply("", finish_reason="length"), prepared.out)
+    if verdict.lesson == Lesson.RETRY:
+        yield from _retry(ctx, turn, verdict, outcome, failure, stream)
+        return _AGAIN
+    if verdict.lesson == Lesson.FAIL:
+        raise ProviderError(
+            f"request failed: {verdict.failure.reason}. This is not a size problem, so this failure compacted "
+            "nothing and taught no limit; the history is as it was before this turn.",
+            failure=verdict.failure,
+        ) from outcome.error
+    turn.size_failures += 1
+    _give_up_if_exhausted(ctx, episode, turn, before, verdict.failure, sent, "", outcome.error)
+    yield from recover(ctx, verdict, sent, episode.level + 1, episode)
+    episode.level += 1
+    yield from answer.resume(ctx, outcome.partial, verdict.why, episode.level, stream)
+    return _AGAIN
+
+
+def _retry(
+    ctx: FlowContext, turn: _TurnTally, verdict: Verdict, outcome: ModelFailure, failure: Failure, stream: bool
+) -> Flow:
+    """The same request again after a back-off (the provider's ``Retry-After`` when it gave one);
+    a request's one retry before its failure counts as evidence is bounded per turn all the same."""
+    st = ctx.state
+    once = verdict.once and turn.once_retries <= 2 * st.limits.max_recovery_attempts
+    turn.once_retries += once
+    if not once and turn.retries >= st.limits.max_retries:
+        raise ProviderError(
+            f"request failed after {turn.retries + 1} tries: {verdict.why}. The provider or network kept "
+            "failing; try again later or raise Limits(max_retries=...). If a proxy in front of the "
+            "provider drops large bodies, set Limits(max_payload=...) to its limit.",
+            failure=verdict.failure,
+        ) from outcome.error
+    turn.retries += 0 if once else 1
+    st.stats.retries += 1
+    delay = failure.retry_after if failure.retry_after is not None else backoff(ctx, turn.retries)
+    again = "continuing the answer from where it stopped" if outcome.partial else "retrying"
+    ctx.notify("retry", f"{verdict.why} - {again} in {delay:.1f} s", "info")
+    yield Sleep(delay)
+    yield from turn.answer.resume(ctx, outcome.partial, verdict.why, turn.episode.level, stream)
+
+
+def backoff(ctx: FlowContext, retries: int) -> float:
+    """Exponential back-off with jitter: ``retry_backoff * 2**(n-1)``, scaled into its upper half by
+    the session's random source, so clients that failed together do not retry together."""
+    base = ctx.state.limits.retry_backoff * 2 ** max(retries - 1, 0)
+    return base * (0.5 + 0.5 * ctx.jitter())
+
+
+def _after_reply(
+    ctx: FlowContext, turn: _TurnTally, prepared: _Prepared, outcome: ModelReply, stream: bool, max_rounds: int
+) -> Generator[Effect, Any, Reply | None]:
+    """The request went through: count it, end a recovery episode, then run the model's tool calls,
+    an ``@recall`` round, or a ``max_tokens`` escalation - or finish the turn."""
+    st, sent, answer = ctx.state, prepared.sent, turn.answer
+    ctx.evidence().accepted(sent.bytes, sent.tokens)
+    turn.retries = 0
+    _count_usage(st, turn, outcome)
+    turn.attempts.append(
+        {"outcome": "ok", "level": turn.episode.level, "bytes": sent.bytes, "finish_reason": outcome.finish_reason}
+    )
+    if turn.episode.level:
+        record_recovery(ctx, "recovered", level=turn.episode.level, before=sent)
+        restore_budgets(ctx, "the request of the recovery episode went through")
+        turn.episode = Episode()
+    if outcome.tool_calls:
+        if turn.tool_rounds >= max_rounds:
+            raise ProviderError(
+                f"the model kept calling tools after {max_rounds} tool rounds without answering; raise "
+                "send(..., max_rounds=...) or check the tools"
+            )
+        turn.tool_rounds += 1
+        shown, kept = answer.finish(ctx, outcome.content)
+        if stream:
+            yield StreamNote("tool_round", shown, show="\n" if shown and not shown.endswith("\n") else "")
+        yield from run_tool_round(ctx, replace(outcome, content=kept))
+        turn.tool_calls += len(outcome.tool_calls)
+        return _AGAIN
+    if (
+        not answer.parts
+        and outcome.finish_reason != "length"
+        and turn.tool_rounds < max_rounds
+        and model_recall_round(ctx, outcome.content, turn.recalled)
+    ):
+        # the model wrote @recall <<ccr:KEY>>: a recall round (a round like a tool round), then ask again
+        turn.tool_rounds += 1
+        shown, _ = answer.finish(ctx, outcome.content)
+        if stream:
+            yield StreamNote("tool_round", shown, reason="@recall", show="" if shown.endswith("\n") else "\n")
+        return _AGAIN
+    if outcome.finish_reason == "length" and turn.escalations < st.limits.max_token_escalations:
+        escalated = yield from _escalate(ctx, turn, outcome, stream)
+        if escalated:
+            return _AGAIN
+    return _finish(ctx, turn, outcome, prepared.out)
+
+
+def _count_usage(st: Any, turn: _TurnTally, outcome: ModelReply) -> None:
+    turn.prompt_tokens += outcome.prompt_tokens
+    turn.completion_tokens += outcome.completion_tokens
+    turn.cost += outcome.cost
+    st.stats.prompt_tokens += outcome.prompt_tokens
+    st.stats.completion_tokens += outcome.completion_tokens
+    st.stats.cost += outcome.cost
+    st.stats.cached_prompt_tokens += outcome.cached_prompt_tokens
+    st.stats.cache_write_tokens += outcome.cache_write_tokens
+
+
+def _escalate(ctx: FlowContext, turn: _TurnTally, outcome: ModelReply, stream: bool) -> Generator[Effect, Any, bool]:
+    """The reply was cut at ``max_tokens``: double it (up to the model's output cap) and ask the model
+    to continue; False when it cannot grow."""
+    st = ctx.state
+    current = st.max_tokens or int(ctx.params.get("max_tokens") or 4096)
+    new = min(current * 2, _output_cap(ctx))
+    if new <= current:
+        return False
+    turn.escalations += 1
+    st.stats.escalations += 1
+    st.max_tokens = new
+    ctx.notify("escalation", f"reply cut at the token limit - max_tokens raised to {new}, continuing", "info")
+    turn.answer.keep(ctx, outcome.content, CONTINUATION)
+    if stream:
+        yield StreamNote("continuation", reason=f"finish_reason=length - max_tokens raised to {new}")
+    return True
 
 
 def _finish(ctx: FlowContext, turn: _TurnTally, outcome: ModelReply, out: list[Message]) -> Reply:

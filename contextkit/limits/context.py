@@ -38,6 +38,9 @@ class FlowContext:
     recall_tool: dict[str, Any] | None = None  # offered from the first request after the archive holds content
     archived: bool = False  # the archive received content since this context was created
     cache_anchor: tuple[Message, ...] = ()  # the prefix up to the last request's anchor breakpoint
+    # a number in [0, 1] per call, the retry back-off's jitter: the session passes its own random
+    # source; the default (1.0) keeps the full delay, so a context built by hand is deterministic
+    jitter: Callable[[], float] = field(default=lambda: 1.0)
 
     def evidence(self, endpoint: str | None = None) -> EndpointEvidence:
         """What the endpoint (the session's model unless named) showed this session."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import threading
 import uuid
 import weakref
@@ -298,6 +299,7 @@ class Session(SessionViews, SessionControls):
                 summarizer_shares_window=self.summarizer.model == self.model,
                 breakpoints=self.cache_breakpoints,
                 recall_tool=recall_tool,
+                jitter=random.Random().random,  # back-off jitter (not a secret)
             )
             self._ctx = ctx
         return ctx
