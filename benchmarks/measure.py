@@ -13,7 +13,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from contextkit import Archive, Limits, Message, RequestMeter, Session, backend
+from contextkit import Archive, Limits, Message, Session, backend
+from contextkit.sizing import RequestMeter
 from contextkit.messages import to_wire_list
 
 MODEL = "openai/gpt-4o-mini"

@@ -8,6 +8,7 @@ from __future__ import annotations
 from contextkit._version import __version__
 from contextkit.archive import Archive
 from contextkit.engine.effects import Reply
+from contextkit.engine.streaming import AsyncReplyStream, ReplyStream
 from contextkit.errors import (
     ArchiveError,
     AuthenticationFailed,
@@ -19,21 +20,21 @@ from contextkit.errors import (
     ProviderError,
     RecallValidationError,
     RecoveryFailedError,
-    SummaryRejected,
     UsageError,
 )
 from contextkit.events import EventLog
 from contextkit.failures.classify import Failure, FailureKind, classify_failure
-from contextkit.messages import Message, Origin, ToolCall, from_wire, to_wire
+from contextkit.messages import Message, Origin, ToolCall, from_wire
 from contextkit.policy.pairing import repair_tool_pairing
 from contextkit.session.core import Session
 from contextkit.settings import Limits
-from contextkit.sizing import RequestMeter, format_size, parse_size, request_bytes
+from contextkit.sizing import format_size, parse_size
 from contextkit.tools import Tool, ToolResult
 
 __all__ = [
     "Archive",
     "ArchiveError",
+    "AsyncReplyStream",
     "AuthenticationFailed",
     "ConfigError",
     "ContextkitError",
@@ -50,9 +51,8 @@ __all__ = [
     "RecallValidationError",
     "RecoveryFailedError",
     "Reply",
-    "RequestMeter",
+    "ReplyStream",
     "Session",
-    "SummaryRejected",
     "Tool",
     "ToolCall",
     "ToolResult",
@@ -63,6 +63,4 @@ __all__ = [
     "from_wire",
     "parse_size",
     "repair_tool_pairing",
-    "request_bytes",
-    "to_wire",
 ]

@@ -109,7 +109,8 @@ print(classify_failure((403, '{"error": "invalid api key"}')).kind.value)
 # %%
 import json
 
-from contextkit import Message, ToolCall, format_size, request_bytes
+from contextkit import Message, ToolCall, format_size
+from contextkit.sizing import request_bytes
 from contextkit.archive import Archive
 from contextkit.sim import Workspace
 

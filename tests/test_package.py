@@ -9,13 +9,14 @@ import sys
 import pytest
 
 import contextkit
-from contextkit import ConfigError, InvalidMessageError, Limits, Message, ToolCall, from_wire, parse_size, to_wire
-from contextkit.messages import message_from_dict, message_to_dict
+from contextkit import ConfigError, InvalidMessageError, Limits, Message, ToolCall, from_wire, parse_size
+from contextkit.messages import message_from_dict, message_to_dict, to_wire
 from contextkit.sizing import RequestMeter, format_size, request_bytes
 
 PUBLIC = {
     "Archive",
     "ArchiveError",
+    "AsyncReplyStream",
     "AuthenticationFailed",
     "ConfigError",
     "ContextkitError",
@@ -32,9 +33,8 @@ PUBLIC = {
     "RecallValidationError",
     "RecoveryFailedError",
     "Reply",
-    "RequestMeter",
+    "ReplyStream",
     "Session",
-    "SummaryRejected",
     "Tool",
     "ToolCall",
     "ToolResult",
@@ -45,8 +45,6 @@ PUBLIC = {
     "from_wire",
     "parse_size",
     "repair_tool_pairing",
-    "request_bytes",
-    "to_wire",
 }
 
 
@@ -55,6 +53,21 @@ def test_public_api_is_what_we_think() -> None:
     assert contextkit.__all__ == sorted(contextkit.__all__)
     for name in contextkit.__all__:
         assert hasattr(contextkit, name), name
+
+
+def test_what_left_the_top_level_stays_importable_from_its_module() -> None:
+    """Helpers that duplicate a method, low-level meters and exceptions contextkit never raises are not
+    part of the top level, but code written against them keeps working from their modules."""
+    from contextkit.errors import SummaryRejected
+    from contextkit.messages import to_wire as to_wire_fn
+    from contextkit.sizing import RequestMeter as Meter
+    from contextkit.sizing import request_bytes as bytes_fn
+
+    for name in ("to_wire", "RequestMeter", "request_bytes", "SummaryRejected"):
+        assert name not in contextkit.__all__
+    assert callable(to_wire_fn) and callable(bytes_fn) and isinstance(Meter, type)
+    assert issubclass(SummaryRejected, contextkit.ContextkitRuntimeError)
+    assert contextkit.ReplyStream.__module__ == "contextkit.engine.streaming"
 
 
 def test_import_is_light() -> None:
