@@ -14,8 +14,8 @@ import statistics
 import time
 
 from contextkit import Archive, Limits, Message, Session, backend
-from contextkit.sizing import RequestMeter
 from contextkit.messages import to_wire_list
+from contextkit.sizing import RequestMeter
 
 MODEL = "openai/gpt-4o-mini"
 
