@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from helpers.logcheck import assert_known_limits_respected
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from logcheck import assert_known_limits_respected
 
 from contextkit import Limits, Message, ToolCall
 from contextkit.archive import Archive

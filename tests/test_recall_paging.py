@@ -265,7 +265,7 @@ def test_model_recall_of_an_unknown_key_is_one_round_with_a_clear_answer(gw: Gat
 def test_every_marker_left_by_compaction_is_deliverable(gw: GatewaySimulator) -> None:
     """No stub promises what recall cannot deliver: after recovery and compaction under a small
     gateway cap, every marker in the history is recallable, page by page within the page budget."""
-    from histories import pasted_history, read_history
+    from helpers.histories import pasted_history, read_history
 
     from contextkit.engine.recall_round import page_bytes
 

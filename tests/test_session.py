@@ -8,8 +8,8 @@ import threading
 from typing import Any
 
 import pytest
-from histories import pasted_history, read_history
-from logcheck import assert_known_limits_respected
+from helpers.histories import pasted_history, read_history
+from helpers.logcheck import assert_known_limits_respected
 
 from contextkit import Limits, Message, ToolCall
 from contextkit.archive import Archive

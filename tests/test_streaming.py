@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from histories import pasted_history, read_history
+from helpers.histories import pasted_history, read_history
 
 from contextkit import Limits
 from contextkit.archive import Archive

@@ -1,4 +1,4 @@
-"""Issue 13 audit: streaming under faults, concurrency and cancellation the first tests did not combine.
+"""Streaming under faults, concurrency and cancellation, combined (the main streaming tests take them one at a time).
 
 Order and counts only: the simulator's ``StreamGate`` holds replies, faults are queued one-shot.
 """
@@ -10,11 +10,11 @@ import re
 from typing import Any
 
 import pytest
-from histories import read_history
+from helpers.faults import FAULTS, GATEWAYS, PROFILE, run_sequence, run_turn
+from helpers.histories import read_history
+from helpers.logcheck import assert_known_limits_respected
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logcheck import assert_known_limits_respected
-from test_fault_sequences import FAULTS, GATEWAYS, PROFILE, run_sequence, run_turn
 
 from contextkit import Limits
 from contextkit.archive import Archive

@@ -1,4 +1,5 @@
-"""Issue 12 audit: the promises the first tests left unattacked, and ordinary mistakes around them.
+"""Trust at the edges: promises about evidence, floors and limits that the main trust tests leave
+unattacked, and ordinary mistakes around them.
 
 Through litellm over real HTTP to the simulator, with a real SQLite archive where the archive matters.
 Counts and order only, never seconds.
@@ -10,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from histories import pasted_history, read_history
-from logcheck import assert_known_limits_respected
-from test_fault_sequences import run_turn
+from helpers.faults import run_turn
+from helpers.histories import pasted_history, read_history
+from helpers.logcheck import assert_known_limits_respected
 
 from contextkit import Limits
 from contextkit.archive import Archive

@@ -1,0 +1,7 @@
+"""Helpers shared by several test files (test files never import each other).
+
+* ``histories`` - ready-made histories (pastes, reads) and the history an event log describes;
+* ``logcheck`` - checks over the simulator's request log (no request at or above a size the endpoint
+  rejected as evidence of a limit);
+* ``faults`` - random fault sequences through a session, and one turn in any loop (send, stream, astream).
+"""
