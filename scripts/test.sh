@@ -17,5 +17,6 @@ case " $* " in
 esac
 echo "== ruff"; ruff check contextkit tests benchmarks
 echo "== mypy"; mypy contextkit
+echo "== docs (mkdocs, strict)"; NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir build/site
 echo "== pytest (unit, integration, browser)"; python -m pytest -p no:nbval tests "$@"
 echo "== pytest (notebooks)"; python -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=300 notebooks
