@@ -1,11 +1,11 @@
-"""Benchmark: what context management costs with a provider prompt cache (issue 14 acceptance).
+"""Benchmark: what context management costs with a provider prompt cache.
 
 Runs agent workloads against the gateway simulator, whose prompt cache (``contextkit.sim.cache``)
 reports cached and newly cached prompt tokens like real providers, under four strategies:
 
 * ``contextkit``            - this version: pressure-gated, batched rewrites (+ cache breakpoints
                               on the Anthropic route);
-* ``contextkit-always-on``  - contextkit before issue 14 (``Limits(pressure_trigger=0)``, no
+* ``contextkit-always-on``  - contextkit before pressure gating (``Limits(pressure_trigger=0)``, no
                               breakpoints): microcompact rewrites old tool results on every request;
 * ``none``                  - no management;
 * ``anthropic-clearing``    - Anthropic-style context editing (``policy/clearing.py``), re-applied to
@@ -31,7 +31,7 @@ cache automatically bill no writes and report none; summary requests included).
     python benchmarks/cache.py [--seeds 20] [--turns 40] [--workers N] [--routes openai,anthropic]
                                [--scenarios no-pressure,moderate,standard] [--price anthropic/claude-sonnet-4-5]
 
-Prints one row per (scenario, route, strategy) and the issue's bars; exits 1 when a bar fails.
+Prints one row per (scenario, route, strategy) and the acceptance bars (``bars``); exits 1 when a bar fails.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def table(summary: list[dict[str, Any]]) -> str:
 
 
 def bars(summary: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
-    """The issue's acceptance bars, per route present in the run."""
+    """The acceptance bars (what the pressure-gated default must beat), per route present in the run."""
     pick = {(s["scenario"], s["route"], s["strategy"]): s for s in summary}
     out: list[tuple[str, bool, str]] = []
     for route in dict.fromkeys(s["route"] for s in summary):

@@ -1,4 +1,4 @@
-"""S1.3 / issue 5: incremental measurement vs a full recount.
+"""Incremental measurement vs a full recount.
 
 Builds a 2,000-message, ~10 MB history in a Session, measures it once (warming the per-message
 cache), appends one message, and times ``session.measure()`` against a full

@@ -1,4 +1,4 @@
-"""Microcompact + tool-result budgets on a 2,000-message, ~10 MB history (issue 4 acceptance).
+"""Microcompact + tool-result budgets on a 2,000-message, ~10 MB history.
 
 Run: ``.venv/bin/python benchmarks/microcompact_budget.py``. Prints the time of one naive full
 re-serialisation of the history (``request_bytes``, the baseline every request pays anyway), of the

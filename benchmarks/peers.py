@@ -1,4 +1,4 @@
-"""Benchmark: the peer arena (issue 16) — contextkit against the libraries people use, on a grid
+"""Benchmark: the peer arena — contextkit against the libraries people use, on a grid
 where each limit binds, with a task metric that can fail (needle questions).
 
 Cells: gateway cap none / 128 KB / 1 MB (JSON 413, Cloudflare-style 403, dropped connection) x

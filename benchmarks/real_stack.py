@@ -1,5 +1,5 @@
 """A 30-turn conversation against a real stack: Debian's nginx (48 KB cap, unknown to the session) in front
-of llama-cpp-python's server running SmolLM2-135M-Instruct (issue 15).
+of llama-cpp-python's server running SmolLM2-135M-Instruct.
 
 Run: ``.venv/bin/python benchmarks/real_stack.py [--turns 30] [--n-ctx 8192] [--variant 413]`` after
 ``bash scripts/test.sh`` installed nginx, the llama-cpp-python wheel and the GGUF (about 30-60 minutes
@@ -12,7 +12,7 @@ failed) against all summarizer calls (bar: at most 20%), how many kept answers t
 naming identifiers not in the segment dropped) and the share of all answer text it kept, how often the extractive fallback and the
 pause stepped in, identifier retention per applied summary with the ledger and of the model's prose
 alone, nginx's rejections and the learned cap and window, and every document's recoverability.
-Anchor from the same set-up with the first version (shared/research/real-stack.md): 34 summarizer
+Anchor from the same set-up with the first version of the summary stage (no gate repair, no ledger): 34 summarizer
 calls in 29 turns, 29 discarded (85%), applied summaries kept 0-16% of identifiers.
 """
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", default="413", choices=("413", "waf403", "drop"))
     parser.add_argument("--max-body", default="48k")
     parser.add_argument("--keep-recent", type=int, default=4,
-                        help="Limits.min_keep_recent: with 6-10 KB messages the default 8 leaves Level 2 nothing to do")
+                        help="Limits.min_keep_recent: with 6-10 KB messages the default 8 leaves the summary stage nothing to do")
     parser.add_argument("--threads", type=int, default=None,
                         help="llama.cpp threads (default 2, or CONTEXTKIT_LLAMA_THREADS; 1 is faster on a crowded machine)")
     args = parser.parse_args(argv)
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  kept                        {stats.summary_calls - discarded}, {stats.summaries_trimmed} of them trimmed "
           f"(clauses naming facts not in the segment dropped); {kept_share:.0%} of all answer text kept")  # fmt: skip
     print(f"  summarizer prompt tokens    {stats.summarizer_prompt_tokens:,} (first version: ~109,000 in 29 turns)")
-    print(f"Level-2 summaries applied     {len(applied)}: "
+    print(f"summaries applied             {len(applied)}: "
           f"{sum(e.summary_source == 'model' for e in applied)} by the model, "
           f"{stats.extractive_summaries} extractive; model paused {stats.model_pauses} times")  # fmt: skip
     for e in applied:
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         kept = "-" if e.identifier_retention is None else f"{e.identifier_retention:.0%}"
         note = e.detail.partition("; ")[2]  # what the gate dropped, identifiers aged out of the ledger
         print(f"  turn {e.turn:>2} {e.summary_source:<10} identifiers kept {kept:>4} (prose alone {prose:>4}) {note}")
-    print(f"Level-3 falls                 {stats.level3_falls} of {stats.compactions} compactions")
+    print(f"truncation falls              {stats.truncation_falls} of {stats.compactions} compactions")
     print(f"nginx                         {len(access)} requests, {len(rejected)} rejected "
           f"({', '.join(f'{r.status}@{r.content_length}' for r in rejected) or 'none'})")  # fmt: skip
     print(f"learned cap / window          {session.payload_cap} B ({session.cap_source}) / {session.context_window} tokens")

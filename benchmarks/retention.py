@@ -1,10 +1,10 @@
-"""Identifier retention of Level-2 summaries, with and without the identifier ledger (issue 15).
+"""Identifier retention of summaries, with and without the identifier ledger.
 
 Run: ``.venv/bin/python benchmarks/retention.py [--segments 8] [--no-llama]``
 
 A fixed corpus of generated coding-agent segments (``contextkit.sim.corpus.agent_segment``) whose
 paths, commands, numbers, ports, ids, error codes and names are known in advance. Each segment is
-compacted by the real ``Compactor`` (Level 2 forced), once with the simulator's summarizer (through
+compacted by the real ``Compactor`` (the summary stage forced), once with the simulator's summarizer (through
 litellm over HTTP) and, when ``scripts/test.sh`` installed it, once with SmolLM2-135M-Instruct behind
 llama-cpp-python's server. Retention is the share of the planted identifiers found verbatim:
 
@@ -71,7 +71,7 @@ def measure(name: str, kwargs: dict[str, str], seeds: range, window: int | None)
         rest = {k: v for k, v in kwargs.items() if k != "model"}
         summarizer = Recording(LiteLLMSummarizer(model, timeout=900, **rest))
         compactor = Compactor(archive=Archive.in_memory(), limits=Limits(min_keep_recent=1, summary_timeout=900))
-        # manual: Level 2 runs whatever the size, and nothing after it cuts the summary being measured
+        # manual: the summary stage runs whatever the size, and nothing after it cuts the summary being measured
         result = compactor.compact(history, summarizer=summarizer, trigger="manual", budget=10**6,
                                    measure=request_bytes, summarizer_window=window)  # fmt: skip
         summary = next(m.content for m in result.history if m.is_summary)

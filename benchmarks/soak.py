@@ -1,4 +1,4 @@
-"""Soak: a 1,000-turn agent session against the simulator in bounded memory (issue 9).
+"""Soak: a 1,000-turn agent session against the simulator in bounded memory.
 
 Run: ``.venv/bin/python benchmarks/soak.py [--turns 1000] [--max-events 5000] [--tracemalloc]``
 (tracemalloc makes the run ~5x slower; RSS is always measured).

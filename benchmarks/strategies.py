@@ -1,4 +1,4 @@
-"""Benchmark: contextkit vs baselines on the gateway simulator (issue 7 acceptance).
+"""Benchmark: contextkit vs baselines on the gateway simulator.
 
 128 KB gateway (Cloudflare-style 403 on oversize bodies), 32k-token model window, 20 seeded agent
 sessions of 40 turns per strategy, each turn reading a 20-60 KB tool output. Prints one row per

@@ -13,7 +13,7 @@
         │   ├── AuthenticationFailed        a real auth error (never retried, never "recovered")
         │   ├── PayloadFloorError           the non-compactable base alone is too big for the gateway
         │   └── RecoveryFailedError         the recovery ladder ran out of levels
-        └── SummaryRejected                 a Level-2 summary failed the quality gate twice
+        └── SummaryRejected                 a summary failed the quality gate twice
 
 Every message says what was wrong and what to do next.
 """
@@ -40,7 +40,7 @@ class InvalidMessageError(UsageError):
 
 
 class RecallValidationError(UsageError):
-    """Recall arguments are out of range (the 422 of the source design)."""
+    """Recall arguments are out of range (what an HTTP API would answer with a 422)."""
 
 
 class ContextkitRuntimeError(ContextkitError):
@@ -93,7 +93,7 @@ class RecoveryFailedError(ProviderError):
 
 
 class SummaryRejected(ContextkitRuntimeError):
-    """A Level-2 summary was rejected by the quality gate twice; the pipeline falls to Level 3."""
+    """A summary was rejected by the quality gate twice; the pipeline goes on to the truncation stage."""
 
 
 # Optional parts of contextkit (widgets, analyses, sweeps) check for their extra before importing

@@ -46,7 +46,7 @@ class Event:
 
 @dataclass(frozen=True, kw_only=True)
 class RequestEvent(Event):
-    """One request attempt sent to the provider (S5.7, S9.1)."""
+    """One request attempt sent to the provider (a row of the ``requests`` analysis frame)."""
 
     type: ClassVar[str] = "request"
     attempt: int = 1
@@ -62,26 +62,48 @@ class RequestEvent(Event):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float = 0.0
-    prefix_shared_bytes: int = 0  # shared prefix with the previous request body (S10.2)
+    prefix_shared_bytes: int = 0  # bytes shared as a prefix with the previous request body (the prompt cache's reuse)
     prefix_share: float | None = None  # shared / previous body length; None for the first request
     purpose: str = "turn"  # turn | summary | continuation | probe (re-sent unstreamed after an empty stream)
-    # Prompt cache (issue 14), as the provider reported it through litellm's usage object:
+    # Prompt cache, as the provider reported it through litellm's usage object:
     cached_prompt_tokens: int = 0  # part of prompt_tokens read from the provider's prompt cache
     cache_write_tokens: int = 0  # part of prompt_tokens written to it (Anthropic bills writes 1.25x)
     append_only: bool | None = None  # the previous request body is a prefix of this one; None: first request
 
 
+COMPACTION_STAGES = ("trim", "summary", "truncation")
+"""The compaction pipeline's stages, in the order a pass runs them.
+
+``trim`` rewrites without a model call (old reasoning, repeated reads, microcompact, tool-result
+budgets, the verbatim cap); ``summary`` replaces older messages with one summary; ``truncation`` is
+the last resort (drop old messages, else cut the biggest). Everything removed is archived first. The
+recovery ladder's rungs are called *levels* (1-3) instead, so the two are never confused.
+"""
+
+
+def stage_of_number(number: Any) -> str:
+    """The stage a compaction level number of older saved data stood for (1 trim, 2 summary, 3 truncation)."""
+    if isinstance(number, int) and not isinstance(number, bool) and 1 <= number <= len(COMPACTION_STAGES):
+        return COMPACTION_STAGES[number - 1]
+    return ""
+
+
+def stage_rank(stage: str) -> int:
+    """1, 2, 3 for ``trim``, ``summary``, ``truncation`` (0 for "" or an unknown name): stages run in this order."""
+    return COMPACTION_STAGES.index(stage) + 1 if stage in COMPACTION_STAGES else 0
+
+
 @dataclass(frozen=True, kw_only=True)
 class CompactionEvent(Event):
-    """One compaction phase (S4.12): running, then its result."""
+    """One compaction phase: a ``running`` event when it starts, then its result."""
 
     type: ClassVar[str] = "compaction"
     trigger: str = "auto"  # auto | manual | recovery | turn
     phase: str = (
         "start"  # start | trim | dedup | microcompact | budget | verbatim | summarize | truncate | shrink | done
     )
-    level: int = 0  # 1 trim/microcompact, 2 summary, 3 truncation/shrink
-    status: str = ""  # human status text (S4.12)
+    stage: str = ""  # trim | summary | truncation: the pipeline stage the phase belongs to ("" for start)
+    status: str = ""  # the status line shown to the user ("Summarizing old messages via LLM ...")
     outcome: str = "running"  # running | applied | skipped | rejected | failed | cancelled
     messages_before: int = 0
     messages_after: int = 0
@@ -94,14 +116,14 @@ class CompactionEvent(Event):
     summarizer_cost: float = 0.0
     identifier_retention: float | None = None  # the applied summary (prose + identifier ledger)
     prose_retention: float | None = None  # the summarizer model's prose alone
-    summary_source: str = ""  # model | extractive (Level 2 applied); "" otherwise
+    summary_source: str = ""  # model | extractive (the summary stage applied); "" otherwise
     archived_keys: tuple[str, ...] = ()
     detail: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
 class RecoveryEvent(Event):
-    """One step of the recovery ladder after a classified failure (S5.1, S5.7)."""
+    """One step of the recovery ladder (levels 1-3) after a classified failure about size."""
 
     type: ClassVar[str] = "recovery"
     failure_kind: str = ""
@@ -162,7 +184,7 @@ class LimitEvent(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class HistoryEvent(Event):
-    """The history changed; sizes of the next request (S1.2)."""
+    """The history changed; sizes of the next request (the bytes of the body really sent, and its tokens)."""
 
     type: ClassVar[str] = "history"
     messages: int = 0
@@ -228,8 +250,14 @@ EVENT_TYPES: dict[str, type[Event]] = {
 
 
 def event_from_dict(data: dict[str, Any]) -> Event:
-    """Inverse of ``Event.to_dict`` (used by ``Session.load``)."""
+    """Inverse of ``Event.to_dict`` (used by ``Session.load``).
+
+    A compaction event saved before the stages had names carries ``level`` (1, 2, 3) instead of
+    ``stage``; it is read as the stage of that number, so older saved sessions and event files load.
+    """
     cls = EVENT_TYPES.get(str(data.get("type")), Event)
+    if cls is CompactionEvent and "stage" not in data and "level" in data:
+        data = {**data, "stage": stage_of_number(data["level"])}
     names = {f.name for f in fields(cls)}
     kwargs: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in names}
     return cls(**kwargs)

@@ -1,9 +1,10 @@
-"""Settings from ``CONTEXTKIT_*`` variables (S12) and per-session ``Limits``.
+"""Settings from ``CONTEXTKIT_*`` variables and per-session ``Limits``.
 
 Process defaults are read from the environment once per call of ``Limits.from_env`` and never
 mutated; a session takes a ``Limits`` value (its own copy) and every override is local to it.
 
-How the two combine (S12: per-session overrides win): a ``Limits(...)`` value remembers which fields
+How the two combine (per-session overrides win, so one session can be tuned without touching the
+others or the environment): a ``Limits(...)`` value remembers which fields
 were passed to it (``explicit_fields``). A session resolves its limits with ``limits.over_env()``:
 the fields you set win, every other field comes from ``CONTEXTKIT_*`` (or the built-in default when
 the variable is unset). ``Limits(max_payload="128KB")`` therefore keeps
@@ -56,52 +57,166 @@ _ZERO_OK = {
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-session limits. ``None`` for ``context_window`` means "from litellm's model info".
+    """Per-session limits: every field says what it limits, its unit, its default and the
+    ``CONTEXTKIT_*`` variable that sets it (if any).
 
-    ``max_payload`` accepts bytes or a size string (``"128KB"``); it is normalised to bytes.
+    ``None`` for ``context_window`` means "from litellm's model info". ``max_payload`` accepts bytes
+    or a size string (``"128KB"``); it is normalised to bytes. Shares (``*_ratio``, ``pressure_*``,
+    ``clear_at_least``, ``excerpt_trigger``, ``tool_result_preview_share``) are between 0 and 1.
     """
 
     context_window: int | None = None
+    """The model's context window, in tokens: what one request may hold. ``None`` takes it from
+    litellm's model info; for a model litellm does not know, a window is assumed (and said once) and
+    learned from the first overflow. Set by ``CONTEXTKIT_CONTEXT_WINDOW``. Default: ``None``."""
+
     max_payload: int | str | None = None
+    """The payload cap: the largest request body, in bytes, that a proxy or gateway in front of the
+    provider accepts. Bytes or a size string (``"128KB"``, ``"2.5MB"``; a bare number is MB),
+    normalised to bytes. ``None``: no cap known, so one is learned from the first refusal about size.
+    Set by ``CONTEXTKIT_MAX_PAYLOAD``. Default: ``None``."""
+
     max_recovery_attempts: int = 3
+    """How many levels of the recovery ladder a request refused for its size may climb before the
+    turn fails with ``RecoveryFailedError`` (the ladder has three levels; more attempts repeat level
+    3). Set by ``CONTEXTKIT_MAX_RECOVERY_ATTEMPTS`` (at least 1). Default: ``3``."""
+
     max_token_escalations: int = 2
+    """How many times an answer cut off at ``max_tokens`` is continued with a doubled ``max_tokens``
+    (up to the model's output limit) before the partial answer is returned; 0: never. Set by
+    ``CONTEXTKIT_MAX_TOKEN_ESCALATIONS``. Default: ``2``."""
+
     emergency_keep_messages: int = 10
+    """Messages the truncation stage and recovery level 2 keep: the system prompt and the last this
+    many messages (the newest user message and its tool calls are kept whatever the number says).
+    Set by ``CONTEXTKIT_EMERGENCY_KEEP_MESSAGES``. Default: ``10``."""
+
     nuclear_keep_messages: int = 4
+    """Messages recovery level 3 keeps besides the system prompt, each cut to
+    ``nuclear_message_cap``; also the smallest request the floor diagnostic measures. No environment
+    variable. Default: ``4``."""
+
     nuclear_message_cap: int = 4_000
+    """Characters each kept non-system message is cut to at recovery level 3 (the original is archived
+    first). No environment variable. Default: ``4_000``."""
+
     microcompact_truncate_turns: int = 2
+    """Age, in assistant turns, at which microcompact turns a tool result of at least
+    ``microcompact_min_chars`` into a head + tail preview. Set by
+    ``CONTEXTKIT_MICROCOMPACT_TRUNCATE_TURNS``. Default: ``2``."""
+
     microcompact_summarize_turns: int = 4
+    """Age, in assistant turns, at which microcompact turns an old tool result (or its preview) into a
+    one-line stub; at least ``microcompact_truncate_turns``. Set by
+    ``CONTEXTKIT_MICROCOMPACT_SUMMARIZE_TURNS``. Default: ``4``."""
+
     microcompact_head_chars: int = 2_000
+    """Characters of the start of a tool result that a microcompact preview keeps. No environment
+    variable. Default: ``2_000``."""
+
     microcompact_tail_chars: int = 500
+    """Characters of the end of a tool result that a microcompact preview keeps. No environment
+    variable. Default: ``500``."""
+
     microcompact_min_chars: int = 3_000
+    """The smallest tool result, in characters, that microcompact shortens: a smaller one would not be
+    worth the stub. No environment variable. Default: ``3_000``."""
+
     tool_result_turn_budget: int = 200_000
+    """Characters all tool results of one assistant turn may take together; beyond it the largest are
+    cut to a head + tail preview (originals archived). Halved for a recovery episode. No environment
+    variable. Default: ``200_000``."""
+
     tool_result_max_chars: int = 20_000
+    """Characters one tool result may take; a longer one enters the history as a preview (original
+    archived). Halved for a recovery episode. No environment variable. Default: ``20_000``."""
+
     assistant_cap_level1: int = 5_000
+    """Characters recovery level 1 cuts each long assistant message to (original archived). No
+    environment variable. Default: ``5_000``."""
+
     budget_ratio: float = 0.60
+    """Share of the context window the history may fill before automatic compaction runs, and the size
+    it compacts down to (converted to bytes with the history's own bytes per token, and never above
+    70% of the payload cap). No environment variable. Default: ``0.60``."""
+
     preflight_ratio: float = 0.85
+    """Share of the payload cap at which pre-flight compacts the history (to
+    ``preflight_budget_ratio``) before a request is sent; a newest message that alone passes this
+    share of the cap or of the window is sent as an excerpt. No environment variable.
+    Default: ``0.85``."""
+
     preflight_budget_ratio: float = 0.40
+    """Share of the context window a pre-flight compaction aims for (instead of ``budget_ratio``), so
+    the next requests have room before the cap is near again. No environment variable.
+    Default: ``0.40``."""
+
     min_keep_recent: int = 8
-    # Pressure-gated rewrites (issue 14; contextkit/policy/pressure.py): read dedup and microcompact
-    # act only when the request reaches `pressure_trigger` of the window or the cap, never touch the
-    # last `keep_tool_results` tool results, and when they act they go down to `pressure_target` and
-    # must free at least `clear_at_least` (shares of the limit), so one prompt-cache break buys many
-    # append-only requests. pressure_trigger=0 restores rewriting on every request.
+    """Messages at the end of the history the summary stage never summarizes (the conversation the
+    model is in the middle of). No environment variable. Default: ``8``."""
+
     pressure_trigger: float = 0.60
+    """Share of the window or the payload cap (whichever is nearer) at which read dedup and
+    microcompact rewrite old tool results. Below it the history is append-only and the provider's
+    prompt cache survives; 0: rewrite on every request. No environment variable. Default: ``0.60``."""
+
     pressure_target: float = 0.40
+    """Share of the window or cap a pressure pass brings the request down to, in one step, so one
+    prompt-cache break buys many append-only requests; at most ``pressure_trigger``. No environment
+    variable. Default: ``0.40``."""
+
     keep_tool_results: int = 1
+    """The newest tool results a pressure pass never rewrites (the model is likely still reading
+    them). No environment variable. Default: ``1``."""
+
     clear_at_least: float = 0.10
-    # Outputs too big to enter whole (over tool_result_max_chars) enter as a head+tail preview of
-    # `tool_result_preview_share` of the request limit (>= 1,000 chars, <= the usual 5,000; 0 = always
-    # the usual), and from `excerpt_trigger` such previews (not the kept ones) become one-liners; whole
-    # results wait for pressure_trigger. Why (cached prompts are billed on every request): pressure.py.
+    """Share of the limit a pressure pass must free to be applied (a cache break must be worth it);
+    a request at or above a hard limit is rewritten whatever it frees. No environment variable.
+    Default: ``0.10``."""
+
     excerpt_trigger: float = 0.30
+    """Share of the window or cap from which the previews of outputs too big to enter whole become
+    one-liners (their originals stay in the archive); whole results wait for ``pressure_trigger``.
+    No environment variable. Default: ``0.30``."""
+
     tool_result_preview_share: float = 0.02
+    """Size of the preview an output over ``tool_result_max_chars`` enters as, as a share of the
+    request limit in bytes (at least 1,000 characters, at most the usual 5,000); 0: always the usual
+    preview. No environment variable. Default: ``0.02``."""
+
     compact_model: str | None = None
+    """The litellm model string that writes summaries (a smaller, cheaper model than the session's,
+    say); ``None``: the session's own model. Set by ``CONTEXTKIT_COMPACT_MODEL``. Default: ``None``."""
+
     request_timeout: float = 120.0
+    """Seconds one model request may take before it counts as a failed (transient) attempt. Also set
+    by the litellm keywords ``timeout`` / ``request_timeout`` given to ``Session``. No environment
+    variable. Default: ``120.0``."""
+
     summary_timeout: float = 600.0
-    max_retries: int = 2  # transient / rate-limit retries (ours; the SDK's own are disabled)
+    """Seconds one summarizer call may take: generous, because a small local model can need minutes
+    for a long segment, and a summary abandoned half-way is paid for and lost. No environment
+    variable. Default: ``600.0``."""
+
+    max_retries: int = 2
+    """Retries of a request after a transient error or a rate limit, with the history unchanged (these
+    are contextkit's retries: the SDK's own are disabled so every failure is classified and shown).
+    Also set by the litellm keywords ``max_retries`` / ``num_retries`` given to ``Session``. No
+    environment variable. Default: ``2``."""
+
     retry_backoff: float = 0.5
-    cap_probe_turns: int = 8  # clean turns after which a learned cap is raised a quarter (0 = never)
-    probe_configured_cap: bool = False  # also probe a configured max_payload upwards
+    """Seconds before the first retry; each further retry doubles it, with jitter in its upper half so
+    clients that failed together do not retry together (a provider's ``Retry-After`` wins). No
+    environment variable. Default: ``0.5``."""
+
+    cap_probe_turns: int = 8
+    """Turns without a size failure after which a learned payload cap is raised a quarter (never to a
+    size the endpoint refused), so one early refusal does not cap the session for good; 0: never. No
+    environment variable. Default: ``8``."""
+
+    probe_configured_cap: bool = False
+    """Raise a configured ``max_payload`` the same way as a learned one (for a cap set too low on
+    purpose or by guess). No environment variable. Default: ``False``."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Limits:
         # Remember which fields the caller set, so they can win over CONTEXTKIT_* and the rest not.
@@ -116,7 +231,7 @@ class Limits:
         return frozenset(getattr(self, "_explicit", ()))
 
     def over_env(self, env: Mapping[str, str] | None = None) -> Limits:
-        """These limits' explicit fields over the ``CONTEXTKIT_*`` process defaults (S12); ``self``
+        """These limits' explicit fields over the ``CONTEXTKIT_*`` process defaults; ``self``
         when the environment changes nothing."""
         resolved = Limits.from_env(env, _keep_none=True, **{name: getattr(self, name) for name in self.explicit_fields})
         return self if resolved == self else resolved

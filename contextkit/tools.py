@@ -15,7 +15,7 @@ from contextkit.errors import ConfigError
 class ToolResult:
     """What a tool may return instead of a plain string: content plus where it came from.
 
-    ``path`` and ``lines`` (1-based, inclusive) let read dedup (S4.1) know which file range a
+    ``path`` and ``lines`` (1-based, inclusive) let read dedup (the trim stage) know which file range a
     result covers; ``tool`` overrides the tool name recorded in the origin.
     """
 

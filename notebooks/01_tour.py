@@ -215,5 +215,5 @@ gw.stop()
 
 # %% [markdown]
 # **Where next:** notebook 2 climbs the recovery ladder one rung at a time, 3 looks at microcompact
-# and recall, 4 at gateway caps, 5 measures what each level costs and saves, and 6 shows how to
-# assemble prompts so the provider's prompt cache survives.
+# and recall, 4 at gateway caps, 5 measures what each recovery level and compaction stage costs and
+# saves, and 6 shows how to assemble prompts so the provider's prompt cache survives.

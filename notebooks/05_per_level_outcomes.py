@@ -13,12 +13,13 @@
 # ---
 
 # %% [markdown]
-# # 5 · Per-level outcomes: contextkit against the libraries people use, and what each mechanism costs
+# # 5 · Outcomes per recovery level and compaction stage: contextkit against the libraries people use, and what each mechanism costs
 #
-# Compaction is not free. A Level-2 summary costs an LLM call and loses detail; Level-3 truncation
-# loses whole turns (recallable, but no longer in view); microcompact rewrites old messages, which
-# breaks the provider's prompt cache. To choose settings you need numbers, not intuition — and a
-# comparison with the tools you already use, on a task where the answer can be wrong.
+# Compaction is not free. A summary (the summary stage) costs an LLM call and loses detail;
+# truncation (the last stage) loses whole turns (recallable, but no longer in view); microcompact
+# (in the trim stage) rewrites old messages, which breaks the provider's prompt cache. To choose
+# settings you need numbers, not intuition — and a comparison with the tools you already use, on a
+# task where the answer can be wrong.
 #
 # This notebook runs a **small peer arena**: the same seeded agent workload under contextkit, our
 # baselines and real peer libraries (LangChain v1's summarization and context-editing middleware,
@@ -59,7 +60,7 @@ from dataclasses import replace
 import altair as alt
 import polars as pl
 
-from contextkit.analysis import enable_offline_renderer, frames, level_outcomes
+from contextkit.analysis import enable_offline_renderer, frames, outcomes
 from contextkit.experiments import load_results
 from contextkit.experiments.arena import STANDARD_CELL, cells, format_arena, grid_specs, summarize_arena
 from contextkit.experiments.peers import peer_status
@@ -107,7 +108,7 @@ assert results.filter(pl.col("strategy") == "contextkit")["completed"].all(), "c
 assert results["needle_accuracy"].drop_nulls().is_between(0, 1).all()
 
 # %% [markdown]
-# Read the table with the essay's questions in mind:
+# Read the table with three questions in mind: did the agent finish, did it remember, what did it cost?
 #
 # * **complete** — did the agent get all its turns? A peer that trusts its window sends requests the
 #   gateway rejects (403/413/dropped connection) and the run ends there.
@@ -161,7 +162,8 @@ alt.vconcat(
 # %% [markdown]
 # ## One session under real pressure
 #
-# The arena's short sessions rarely need contextkit's recovery ladder. To see every level fire, add
+# The arena's short sessions rarely need contextkit's recovery ladder. To see the ladder and every
+# compaction stage fire, add
 # the tour's story: tool outputs up to 60 KB and a 280 KB paste behind a
 # 128 KB gateway the session does not know about.
 
@@ -198,21 +200,21 @@ f.requests.select("session_id", "request_index", "bytes", "tokens", "outcome", "
                   "prefix_share").filter(pl.col("session_id") == "pressure").tail(8)
 
 # %%
-outcomes = level_outcomes(f)
-outcomes.select("label", "fired", "succeeded", "success_rate", "mean_bytes_freed", "mean_latency_s",
+table = outcomes(f)  # one row per recovery level and per compaction stage
+table.select("label", "fired", "succeeded", "success_rate", "mean_bytes_freed", "mean_latency_s",
                 "identifier_retention")
 
 # %% [markdown]
 # ## Charts
 #
-# Per level: how often it fired, how often it worked, how much it freed, how long it took, what it
-# cost. Then the pressure session's request size against the cap it learned, with compactions
+# Per recovery level and compaction stage: how often it fired, how often it worked, how much it
+# freed, how long it took, what it cost. Then the pressure session's request size against the cap it learned, with compactions
 # marked, and the identifier retention of summaries (paths, numbers, commands that survived).
 
 # %%
-from contextkit.analysis import history_vs_cap_chart, level_outcomes_chart, retention_chart
+from contextkit.analysis import history_vs_cap_chart, outcomes_chart, retention_chart
 
-level_outcomes_chart(outcomes)
+outcomes_chart(table)
 
 # %%
 pressure_frames = frames(pressure.events)
@@ -222,6 +224,6 @@ history_vs_cap_chart(pressure_frames)
 retention_chart(f)
 
 # %% [markdown]
-# **Saving** a chart for a report or slides: `contextkit.analysis.save_chart(chart, "levels.svg")`
+# **Saving** a chart for a report or slides: `contextkit.analysis.save_chart(chart, "outcomes.svg")`
 # (or `.png`) — offline, through vl-convert. The README's chart is produced exactly this way by the
 # test suite.

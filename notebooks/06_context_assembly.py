@@ -202,7 +202,7 @@ for i, e in enumerate(gated.events.of_type(RequestEvent)):
 
 # %% [markdown]
 # Each break is a pressure pass, and the session says so (a `NoticeEvent` with code `pressure`, also
-# a level-1 `CompactionEvent` with trigger `turn`):
+# a `CompactionEvent` of the trim stage with trigger `turn`):
 
 # %%
 for e in gated.events.of_type(NoticeEvent):

@@ -137,8 +137,8 @@ else:
 # %% [markdown]
 # ## Summaries of a weak model, with and without the ledger
 #
-# A Level-2 summary replaces old messages. A small model paraphrases `/etc/billing/billing.conf`
-# into "the config file" or invents a port. contextkit therefore
+# A summary (the compaction pipeline's summary stage) replaces old messages. A small model
+# paraphrases `/etc/billing/billing.conf` into "the config file" or invents a port. contextkit therefore
 #
 # * **gates** the model's prose: it refuses empty answers, refusals, error text, a bare `<<ccr:KEY>>`
 #   marker, prose larger than what it replaces; a sentence or clause that names a file name, port, id

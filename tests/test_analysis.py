@@ -1,4 +1,5 @@
-"""contextkit.analysis: frame schemas, level outcomes, charts from a real simulated session, offline export."""
+"""contextkit.analysis: frame schemas, outcomes per recovery level and compaction stage, charts from a
+real simulated session, offline export."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from contextkit.analysis import (
     COMPACTIONS_SCHEMA,
-    LEVEL_OUTCOMES_SCHEMA,
+    OUTCOMES_SCHEMA,
     RECOVERIES_SCHEMA,
     REQUESTS_SCHEMA,
     Frames,
@@ -21,8 +22,8 @@ from contextkit.analysis import (
     enable_offline_renderer,
     frames,
     history_vs_cap_chart,
-    level_outcomes,
-    level_outcomes_chart,
+    outcomes,
+    outcomes_chart,
     prefix_reuse_chart,
     retention_chart,
     save_chart,
@@ -50,8 +51,8 @@ def _log() -> EventLog:
     add(RequestEvent(session_id="a", turn=2, bytes=200_000, outcome="rejected", failure_kind="waf_rejection", status=403,
                      prefix_shared_bytes=900, prefix_share=0.9))  # fmt: skip
     add(CapEvent(session_id="a", cap_bytes=190_000, rejected_bytes=200_000, source="learned"))
-    add(CompactionEvent(session_id="a", turn=2, trigger="recovery", phase="budget", level=1, outcome="running"))
-    add(CompactionEvent(session_id="a", turn=2, trigger="recovery", phase="budget", level=1, outcome="applied",
+    add(CompactionEvent(session_id="a", turn=2, trigger="recovery", phase="budget", stage="trim", outcome="running"))
+    add(CompactionEvent(session_id="a", turn=2, trigger="recovery", phase="budget", stage="trim", outcome="applied",
                         bytes_before=200_000, bytes_after=120_000, tokens_before=50_000, tokens_after=30_000,
                         archived_keys=("0123456789abcdef", "fedcba9876543210")))  # fmt: skip
     add(RecoveryEvent(session_id="a", turn=2, failure_kind="waf_rejection", level=1, attempt=1, outcome="retrying",
@@ -60,13 +61,14 @@ def _log() -> EventLog:
                      prefix_shared_bytes=60_000, prefix_share=0.3, prompt_tokens=30_000, cached_prompt_tokens=20_000,
                      cache_write_tokens=4_000, append_only=False))  # fmt: skip
     add(RecoveryEvent(session_id="a", turn=2, level=1, attempt=1, outcome="recovered"))
-    add(CompactionEvent(session_id="a", turn=3, phase="summarize", level=2, outcome="applied", bytes_before=120_000,
+    add(CompactionEvent(session_id="a", turn=3, phase="summarize", stage="summary", outcome="applied", bytes_before=120_000,
                         bytes_after=20_000, summarizer_prompt_tokens=900, summarizer_completion_tokens=100,
                         summarizer_cost=0.002, identifier_retention=0.75))  # fmt: skip
-    add(CompactionEvent(session_id="a", turn=3, phase="microcompact", level=1, outcome="skipped"))
+    add(CompactionEvent(session_id="a", turn=3, phase="microcompact", stage="trim", outcome="skipped"))
     add(
         CompactionEvent(
-            session_id="a", turn=3, phase="done", level=2, outcome="applied", bytes_before=120_000, bytes_after=20_000
+            session_id="a", turn=3, phase="done", stage="summary", outcome="applied", bytes_before=120_000,
+            bytes_after=20_000,
         )
     )
     # a second session, interleaved: its own request index and cap
@@ -85,8 +87,8 @@ def test_empty_input_gives_empty_frames_with_the_schemas() -> None:
         RECOVERIES_SCHEMA,
     )
     assert f.requests.height == f.compactions.height == f.recoveries.height == 0
-    table = level_outcomes(f)
-    assert table.schema == LEVEL_OUTCOMES_SCHEMA and table.height == 0
+    table = outcomes(f)
+    assert table.schema == OUTCOMES_SCHEMA and table.height == 0
 
 
 def test_every_frame_has_its_exact_schema_and_rows() -> None:
@@ -154,18 +156,21 @@ def test_bad_event_input_is_a_clear_error() -> None:
         frames([42])  # type: ignore[list-item]
 
 
-def test_level_outcomes_on_the_synthetic_log() -> None:
-    table = level_outcomes(frames(_log()))
-    assert table.schema == LEVEL_OUTCOMES_SCHEMA
+def test_outcomes_on_the_synthetic_log() -> None:
+    table = outcomes(frames(_log()))
+    assert table.schema == OUTCOMES_SCHEMA
     rows = {r["label"]: r for r in table.iter_rows(named=True)}
-    assert list(rows) == ["recovery L1", "recovery L2", "compaction L1", "compaction L2"]
+    assert list(rows) == ["recovery L1", "recovery L2", "compaction trim", "compaction summary"]
+    keys = [(r["source"], r["level"], r["stage"]) for r in rows.values()]
+    assert keys == [("recovery", 1, None), ("recovery", 2, None), ("compaction", None, "trim"),
+                    ("compaction", None, "summary")]  # fmt: skip
     r1 = rows["recovery L1"]  # the "recovered" marker is not a second firing
     assert (r1["fired"], r1["succeeded"], r1["success_rate"], r1["bytes_freed"]) == (1, 1, 1.0, 80_000)
     assert r1["mean_latency_s"] == 0.5 and r1["cost"] == pytest.approx(0.01)
     assert (rows["recovery L2"]["fired"], rows["recovery L2"]["success_rate"]) == (1, 0.0)
-    c1 = rows["compaction L1"]  # skipped microcompact and the aggregate "done" row are excluded
+    c1 = rows["compaction trim"]  # skipped microcompact and the aggregate "done" row are excluded
     assert (c1["fired"], c1["bytes_freed"], c1["mean_latency_s"]) == (1, 80_000, pytest.approx(1.0))
-    c2 = rows["compaction L2"]
+    c2 = rows["compaction summary"]
     assert (c2["fired"], c2["cost"], c2["identifier_retention"]) == (1, 0.002, 0.75)
 
 
@@ -227,10 +232,10 @@ def test_real_session_frames_have_the_schemas_and_the_incident(real: Frames) -> 
     assert real.compactions.filter(pl.col("phase") == "summarize").height >= 1
 
 
-def test_level_outcomes_chart_on_a_real_session(real: Frames) -> None:
-    table = level_outcomes(real)
-    assert {"recovery L1", "compaction L1", "compaction L2"} <= set(table["label"].to_list())
-    spec = _spec(level_outcomes_chart(real))
+def test_outcomes_chart_on_a_real_session(real: Frames) -> None:
+    table = outcomes(real)
+    assert {"recovery L1", "compaction trim", "compaction summary"} <= set(table["label"].to_list())
+    spec = _spec(outcomes_chart(real))
     assert spec["facet"]["field"] == "metric"
     enc = spec["spec"]["encoding"]
     assert (enc["x"]["field"], enc["y"]["field"], enc["color"]["field"]) == ("label", "value", "source")
@@ -259,7 +264,7 @@ def test_history_vs_cap_chart_on_a_real_session(real: Frames) -> None:
 def test_retention_chart_on_a_real_session(real: Frames) -> None:
     spec = _spec(retention_chart(real))
     points = spec["layer"][0]
-    assert (points["encoding"]["x"]["field"], points["encoding"]["y"]["field"]) == ("level", "identifier_retention")
+    assert (points["encoding"]["x"]["field"], points["encoding"]["y"]["field"]) == ("stage", "identifier_retention")
     expected = real.compactions.drop_nulls("identifier_retention")["identifier_retention"].to_list()
     assert [r["identifier_retention"] for r in _rows(spec, points)] == expected
     assert expected and all(0.0 <= v <= 1.0 for v in expected)
@@ -281,7 +286,7 @@ def test_svg_and_png_export_offline(real: Frames, tmp_path: Any) -> None:
     svg = svg_path.read_text(encoding="utf-8")
     assert svg.startswith("<svg") and "</svg>" in svg
     assert "<script" not in svg and "cdn" not in svg
-    png = save_chart(level_outcomes_chart(real), tmp_path / "levels.png").read_bytes()
+    png = save_chart(outcomes_chart(real), tmp_path / "outcomes.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
     assert chart_svg(retention_chart(real)).startswith("<svg")
     with pytest.raises(ValueError, match=r"\.svg or \.png"):

@@ -1,4 +1,4 @@
-"""The SQLite archive: keys, round trips, dedup, persistence, scoping, hostile input (SPEC S3.1-S3.2, S3.6)."""
+"""The SQLite archive: keys, round trips, dedup, persistence, scoping, hostile input."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def archive(tmp_path: Path):
         yield arc
 
 
-# keys and dedup (research §7.11) -----------------------------------------------------------------
+# keys and dedup -----------------------------------------------------------------------------
 def test_key_is_deterministic_sha256_prefix_and_distinct() -> None:
     assert key_for("hello") == hashlib.sha256(b"hello").hexdigest()[:16]
     assert key_for("hello") == key_for("hello")
@@ -175,7 +175,7 @@ def test_in_memory_archive_works_and_is_private() -> None:
         assert one.path is None
 
 
-# scoping (S3.6) ---------------------------------------------------------------------------------
+# scoping ----------------------------------------------------------------------------------------
 def test_sessions_read_only_their_scope_unless_granted(tmp_path: Path) -> None:
     path = tmp_path / "shared.sqlite"
     with Archive(path, session_id="A") as a, Archive(path, session_id="B") as b:

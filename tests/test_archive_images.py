@@ -1,4 +1,4 @@
-"""Images are archived before any rewrite drops them (issue 12, principle 3: nothing lost).
+"""Images are archived before any rewrite drops them (nothing lost: every removed byte is archived first).
 
 The image bytes are looked for in the SQLite file itself, not only through the Archive API.
 """
@@ -97,7 +97,7 @@ def test_image_detail_is_kept_on_the_wire_and_in_the_archive(tmp_path: Path) -> 
     assert from_wire({"role": "user", "content": raw["content"][2:]}).image_details == ()
 
 
-def test_image_round_trip_through_microcompact_and_level3(tmp_path: Path) -> None:
+def test_image_round_trip_through_microcompact_and_truncation(tmp_path: Path) -> None:
     path = tmp_path / "a.sqlite"
     with Archive(path, session_id="img") as archive:
         history = agent_history()

@@ -1,4 +1,4 @@
-"""Originals stay one recall away (issue 16): summaries and truncation notices index the archived
+"""Originals stay one recall away: summaries and truncation notices index the archived
 originals of what they replace, flat, and a recall result the model has not read is cut last."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The archive across real processes: persistence after exit and concurrent writers (SPEC S3.2)."""
+"""The archive across real processes: persistence after exit and concurrent writers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Prompt assembly (S10.1): entry conditions, stable -> volatile layout, the per-call log."""
+"""Prompt assembly: entry conditions, stable -> volatile layout, the per-call log."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The benchmark scripts measure the workloads their issues define (a workload that silently changed
-under a benchmark moved issue 14's moderate-pressure figure from 4 cache breaks to 18)."""
+"""The benchmark scripts measure the workloads their docstrings define (a workload that silently changed
+under a benchmark once moved the cache benchmark's moderate-pressure figure from 4 cache breaks to 18)."""
 
 from __future__ import annotations
 

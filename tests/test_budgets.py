@@ -1,4 +1,4 @@
-"""Tool-result budgets (S4.3) and recovery Level 1 (S5.1): research §7.3, §4.11."""
+"""Tool-result budgets and recovery level 1, with their reference cases."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Cache-aware sessions against the simulator over real HTTP (issue 14): append-only below the trigger,
+"""Cache-aware sessions against the simulator over real HTTP: append-only below the trigger,
 batched breaks above it, accounting from litellm's usage object, breakpoints, stable tool schemas."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_below_the_trigger_every_request_is_append_only(gw: GatewaySimulator):
 
 
 def test_the_append_only_metric_can_fail(gw: GatewaySimulator):
-    """The same conversation with the pre-issue-14 behaviour (rewrite on every request) breaks the
+    """The same conversation with the behaviour before pressure gating (rewrite on every request) breaks the
     prefix again and again; the metric, the events and the provider's cache all see it."""
     gw.reset()
     session = agent(gw, limits=Limits(context_window=1_000_000, pressure_trigger=0))
@@ -234,7 +234,7 @@ def test_recovery_acts_whatever_the_trigger(gw: GatewaySimulator):
     assert session.payload_cap is not None and len(session.history) > 0
 
 
-# the pressure gate and trust-core's limits (issue 12) ----------------------------------------------------------
+# the pressure gate and the limits the session learned ----------------------------------------------------------
 
 
 def test_a_paste_too_big_to_send_whole_is_cut_before_the_pressure_pass_sizes_the_request(gw: GatewaySimulator):

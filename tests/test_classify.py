@@ -163,7 +163,7 @@ def test_table_is_large_and_covers_every_family() -> None:
     assert {row[3] for row in TABLE} >= {OVER, PAY, WAF, RATE, AUTH, TRANS, OTHER}
 
 
-# Research doc §7.1 vectors. IsContextOverflowError / IsProxyWAFRejection were booleans; we
+# Reference cases from an earlier classifier. Its IsContextOverflowError / IsProxyWAFRejection were booleans; we
 # check the kind. Deviations (our fixes) are marked.
 OVERFLOW_VECTORS: list[tuple[str, int | None, bool]] = [
     ("This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.", None, True),
@@ -176,7 +176,7 @@ OVERFLOW_VECTORS: list[tuple[str, int | None, bool]] = [
     ("ValidationException: Input is too long for requested model.", None, True),
     ("Please reduce the length of the messages or completion.", None, True),
     ("invalid request: total tokens 300k exceed what the model supports", 400, True),
-    # The source also flagged this as payload (bare "413"); a 413 about prompt length is a token limit.
+    # The earlier classifier also flagged this as payload (bare "413"); a 413 about prompt length is a token limit.
     ("send: API error: status 413 - prompt length above the limit", 413, True),
     ("input token count (99) exceeds the maximum number of tokens allowed", None, True),
     ("Rate limit exceeded: too many requests, retry after 20s", None, False),
@@ -190,7 +190,7 @@ OVERFLOW_VECTORS: list[tuple[str, int | None, bool]] = [
 
 
 @pytest.mark.parametrize(("text", "status", "overflow"), OVERFLOW_VECTORS)
-def test_research_overflow_vectors(text: str, status: int | None, overflow: bool) -> None:
+def test_reference_overflow_vectors(text: str, status: int | None, overflow: bool) -> None:
     assert (classify_failure(text, status=status).kind == OVER) is overflow
 
 
@@ -207,7 +207,7 @@ WAF_VECTORS: list[tuple[str | None, bool]] = [
 
 
 @pytest.mark.parametrize(("text", "waf"), WAF_VECTORS)
-def test_research_waf_vectors(text: str | None, waf: bool) -> None:
+def test_reference_waf_vectors(text: str | None, waf: bool) -> None:
     assert (classify_failure(text).kind == WAF) is waf
 
 
@@ -216,10 +216,10 @@ def test_research_waf_vectors(text: str | None, waf: bool) -> None:
     [
         ("unexpected EOF", 500_001, LIKELY),
         ("unexpected EOF", 499_999, TRANS),
-        # Deviation: the source used `>= 500_000`; the spec says "larger than 500 KB".
+        # Deviation: the earlier classifier used `>= 500_000`; a suspected payload limit is a history larger than 500 KB.
         ("unexpected EOF", 500_000, TRANS),
         ("EOF", 600_000, LIKELY),
-        ("error reading request body: EOF", 600_000, TRANS),  # the source: not payload-likely
+        ("error reading request body: EOF", 600_000, TRANS),  # the earlier classifier: not payload-likely
         ("read tcp 10.0.0.2:51234->10.0.0.1:443: read: connection reset by peer", 612 * 1024, LIKELY),
         ("write tcp 10.0.0.2:51234->10.0.0.1:443: write: broken pipe", 700_000, LIKELY),
         ("stream error: stream ID 3; INTERNAL_ERROR; received from peer", 700_000, LIKELY),
@@ -240,7 +240,7 @@ def test_likely_payload_reason_and_threshold_on_request_bytes() -> None:
     assert (by_request.kind, by_request.rejected_bytes) == (LIKELY, 800_000)
 
 
-def test_research_likely_payload_bedrock_vector_ignores_size() -> None:
+def test_reference_likely_payload_bedrock_vector_ignores_size() -> None:
     text = "operation error Bedrock Runtime: InvokeModel, https response error StatusCode: 403, RequestID: , deserialization failed, invalid character '<' looking for beginning of value"
     assert classify_failure(text, history_bytes=0).recoverable
 

@@ -1,8 +1,8 @@
 """classify_failure against real litellm exceptions: litellm over real HTTP to the gateway simulator.
 
-Every failure mode of S2 for both wire formats (litellm's ``openai/`` route through the OpenAI SDK
+Every failure kind for both wire formats (litellm's ``openai/`` route through the OpenAI SDK
 and its ``anthropic/`` route through its own httpx handler), which map the same wire error to
-different exception classes and statuses (research/feasibility.md §2).
+different exception classes and statuses (measured once, pinned here).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def test_overflow_shapes_for_both_routes(gw: GatewaySimulator, route: str, style
 @pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("style", sorted(OVERFLOW_STYLES))
 def test_overflow_every_provider_wording(gw: GatewaySimulator, route: str, style: str) -> None:
-    # S13: overflow that litellm leaves as a generic 400 must still be an overflow for us.
+    # an overflow that litellm leaves as a generic 400 must still be an overflow for us (a bug seen elsewhere).
     with configured(gw, context_window=50, overflow_style=style):
         exc, size = _fail(gw, route, _messages(1_000))
     failure = _classify(exc, size)

@@ -1,5 +1,5 @@
-"""The compaction pipeline with a scripted summarizer: phases, gate, faults, cancellation, back-off,
-hooks, undo, flush and counters (SPEC S4, research §4.10, §4.15-4.17, §7.6)."""
+"""The compaction pipeline with a scripted summarizer: stages and phases, gate, faults, cancellation,
+back-off, hooks, undo, flush and counters."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def fixture(recent: int = 2) -> list[Message]:
 
 
 def big_fixture() -> list[Message]:
-    """research §7.6 back-off history: fixture(2) + 4 x (filler, reply)."""
+    """The back-off history: fixture(2) + 4 x (filler, reply)."""
     h = fixture(2)
     for _ in range(4):
         h += [Message.user("filler " * 400), Message.assistant("reply " * 400)]
@@ -64,7 +64,7 @@ def assert_nothing_lost(original: Sequence[Message], result: Sequence[Message], 
     assert find_orphans(result) == ([], [])
 
 
-# Level 1 / no-op -----------------------------------------------------------------------------
+# trim stage / no-op ---------------------------------------------------------------------------
 
 
 def test_noop_pass_is_skipped_and_keeps_no_snapshot() -> None:
@@ -72,7 +72,7 @@ def test_noop_pass_is_skipped_and_keeps_no_snapshot() -> None:
     h = fixture()
     summarizer = ScriptedSummarizer(GOOD)
     result = compactor.compact(h, summarizer=summarizer, trigger="auto", budget=10 * measure(h), measure=measure)
-    assert result.outcome == "skipped" and not result.changed and result.level == 0
+    assert result.outcome == "skipped" and not result.changed and result.stage == ""
     assert result.history == h and summarizer.calls == 0
     assert compactor.undo_stack == [] and compactor.pop_undo() is None
     assert compactor.stats.compactions == 0
@@ -81,7 +81,7 @@ def test_noop_pass_is_skipped_and_keeps_no_snapshot() -> None:
     assert all(isinstance(e, CompactionEvent) for e in log)
 
 
-def test_level1_is_enough_for_old_big_tool_results() -> None:
+def test_trim_is_enough_for_old_big_tool_results() -> None:
     compactor, archive, _ = make()
     statuses: list[str] = []
     compactor.status = statuses.append
@@ -92,7 +92,7 @@ def test_level1_is_enough_for_old_big_tool_results() -> None:
     before = copy.deepcopy(h)
     summarizer = ScriptedSummarizer(GOOD)
     result = compactor.compact(h, summarizer=summarizer, trigger="auto", budget=measure(h) // 2, measure=measure)
-    assert result.outcome == "applied" and result.level == 1 and result.within_budget
+    assert result.outcome == "applied" and result.stage == "trim" and result.within_budget
     assert summarizer.calls == 0
     assert ("microcompact", "applied") in phases(result)
     assert statuses[0].startswith("Compacting history (16 msgs, ") and " -> target " in statuses[0]
@@ -103,7 +103,7 @@ def test_level1_is_enough_for_old_big_tool_results() -> None:
     assert_nothing_lost(before, result.history, archive)
 
 
-# Level 2 -------------------------------------------------------------------------------------
+# summary stage -------------------------------------------------------------------------------
 
 
 def test_summary_applied_with_events_retention_and_counters() -> None:
@@ -122,7 +122,7 @@ def test_summary_applied_with_events_retention_and_counters() -> None:
     result = compactor.compact(h, summarizer=summarizer, trigger="auto", budget=measure(h) - 500, measure=measure)
     assert seen[0].phase == "summarize" and seen[0].outcome == "running"
     assert seen[0].status == "Summarizing old messages via LLM (may take 30-90 s)"
-    assert result.level == 2 and result.outcome == "applied" and result.summary_calls == 1
+    assert result.stage == "summary" and result.outcome == "applied" and result.summary_calls == 1
     summary = result.history[1]
     assert summary.is_summary and summary.summary_of == 6
     assert summary.content.startswith("[STRUCTURED SUMMARY - covering 6 earlier messages]")
@@ -132,7 +132,7 @@ def test_summary_applied_with_events_retention_and_counters() -> None:
     assert applied.summarizer_prompt_tokens == 1000 and applied.summarizer_cost == 0.25
     assert applied.identifier_retention is None  # this segment has no identifiers
     stats = compactor.stats
-    assert (stats.compactions, stats.level3_falls, stats.summary_calls) == (1, 0, 1)
+    assert (stats.compactions, stats.truncation_falls, stats.summary_calls) == (1, 0, 1)
     assert (stats.summarizer_prompt_tokens, stats.summarizer_completion_tokens, stats.summarizer_cost) == (
         1000,
         200,
@@ -152,7 +152,7 @@ def test_identifier_retention_is_recorded() -> None:
         h, summarizer=ScriptedSummarizer(summary), trigger="manual", budget=10**6, measure=measure
     )
     # the prose keeps src/app/main.py, tests/test_api.py and the command; 4711 only the ledger keeps
-    assert result.level == 2 and result.summary_source == "model"
+    assert result.stage == "summary" and result.summary_source == "model"
     assert result.prose_retention == pytest.approx(3 / 4) and result.identifier_retention == 1.0
     text = result.history[1].content
     ledger = text[text.index(s2.ids.LEDGER_HEADER) :]
@@ -184,7 +184,7 @@ def test_bad_summaries_are_retried_once_then_extractive(bad: Any) -> None:
     summarizer = ScriptedSummarizer(bad)
     result = compactor.compact(h, summarizer=summarizer, trigger="auto", budget=9000, measure=measure)
     assert summarizer.calls == 2
-    assert result.level == 2 and result.outcome == "applied" and result.summary_source == "extractive"
+    assert result.stage == "summary" and result.outcome == "applied" and result.summary_source == "extractive"
     texts = "\n".join(m.content for m in result.history)
     assert "STRUCTURED SUMMARY" in texts and s2.EXTRACTIVE_HEADER in texts and "CONTEXT TRUNCATED" not in texts
     if isinstance(bad, str) and bad:
@@ -197,7 +197,7 @@ def test_bad_summaries_are_retried_once_then_extractive(bad: Any) -> None:
     failed = next(e for e in result.events if e.outcome == "failed")
     assert failed.status.startswith("Summarization failed (") and "extractive summary instead" in failed.status
     stats = compactor.stats
-    assert (stats.level3_falls, stats.extractive_summaries, stats.model_pauses) == (0, 1, 1)
+    assert (stats.truncation_falls, stats.extractive_summaries, stats.model_pauses) == (0, 1, 1)
     assert stats.summary_rejections + stats.summary_failures == 2 and compactor.backoff == 0
     assert h == before
     assert_nothing_lost(before, result.history, archive)
@@ -228,13 +228,13 @@ def test_invented_clauses_are_dropped_and_the_rest_of_the_answer_kept() -> None:
     assert_nothing_lost(h, result.history, archive)
 
 
-def test_extractive_summary_that_does_not_fit_still_falls_to_level3() -> None:
+def test_extractive_summary_that_does_not_fit_still_falls_to_truncation() -> None:
     compactor, archive, _ = make()
     h = big_fixture()
     result = compactor.compact(h, summarizer=ScriptedSummarizer(REFUSAL), trigger="auto", budget=4200, measure=measure)
     phases_ = phases(result)
     assert ("summarize", "applied") in phases_ and ("truncate", "applied") in phases_
-    assert result.level == 3 and result.within_budget and compactor.stats.level3_falls == 1
+    assert result.stage == "truncation" and result.within_budget and compactor.stats.truncation_falls == 1
     assert_nothing_lost(h, result.history, archive)
 
 
@@ -279,7 +279,7 @@ def test_model_pause_is_adaptive_and_resets_after_a_good_summary() -> None:
 
 
 def test_refusal_under_budget_is_a_skipped_manual_compaction() -> None:
-    """research §7.6 audit3: a rejected manual pass pops its snapshot and reports skipped."""
+    """A rejected manual pass pops its snapshot and reports skipped."""
     posts: list[CompactionInfo] = []
     compactor, _, _ = make(post_compact=posts.append)
     h = fixture()
@@ -295,21 +295,21 @@ def test_second_attempt_can_succeed() -> None:
     compactor, _, _ = make()
     summarizer = ScriptedSummarizer([REFUSAL, GOOD])
     result = compactor.compact(fixture(), summarizer=summarizer, trigger="manual", budget=10**6, measure=measure)
-    assert summarizer.calls == 2 and result.level == 2
+    assert summarizer.calls == 2 and result.stage == "summary"
     assert compactor.stats.summary_rejections == 1 and compactor.stats.summary_calls == 2
 
 
 def test_backoff_over_four_runs() -> None:
-    """research §7.6: a summary that never converges -> Level 3; next two runs skip Level 2; run 4 pays again."""
+    """A summary that never converges -> truncation; the next two runs skip the summary; run 4 pays again."""
     compactor, _, _ = make()
     summarizer = ScriptedSummarizer(SummaryResponse("## Never converges\n- detail " * 400, 1000, 200, 0.5, "m"))
-    levels, calls, skipped = [], [], []
+    stages, calls, skipped = [], [], []
     for _ in range(4):
         result = compactor.compact(big_fixture(), summarizer=summarizer, trigger="auto", budget=4200, measure=measure)
-        levels.append(result.level)
+        stages.append(result.stage)
         calls.append(summarizer.calls)
         skipped.append(any(e.detail == "backoff" for e in result.events))
-    assert levels == [3, 3, 3, 3]
+    assert stages == ["truncation"] * 4
     assert calls == [1, 1, 1, 2]
     assert skipped == [False, True, True, False]
     assert compactor.stats.summarizer_prompt_tokens == 2000 and compactor.stats.summarizer_cost == 1.0
@@ -335,11 +335,11 @@ def test_manual_instruction_and_compact_model_are_passed_through() -> None:
     )
 
 
-def test_no_summarizer_means_no_level2() -> None:
+def test_no_summarizer_means_no_summary_stage() -> None:
     compactor, archive, _ = make()
     h = big_fixture()
     result = compactor.compact(h, summarizer=None, trigger="recovery", budget=4200, measure=measure)
-    assert result.level == 3 and result.summary_calls == 0
+    assert result.stage == "truncation" and result.summary_calls == 0
     assert_nothing_lost(h, result.history, archive)
 
 
@@ -403,7 +403,7 @@ def test_acompact_applies_and_times_out() -> None:
     hanging = Hanging(GOOD)
     h = big_fixture()
     result = asyncio.run(compactor.acompact(h, summarizer=hanging, trigger="auto", budget=4200, measure=measure))
-    assert hanging.calls == 2 and result.level == 3
+    assert hanging.calls == 2 and result.stage == "truncation"
     assert "SummaryTimeout" in next(e for e in result.events if e.outcome == "failed").detail
     assert_nothing_lost(h, result.history, archive)
     ok = asyncio.run(
@@ -411,7 +411,7 @@ def test_acompact_applies_and_times_out() -> None:
             fixture(), summarizer=ScriptedSummarizer(GOOD), trigger="manual", budget=10**6, measure=measure
         )
     )
-    assert ok.level == 2
+    assert ok.stage == "summary"
 
 
 # hooks, flush, undo --------------------------------------------------------------------------
@@ -432,10 +432,10 @@ def test_pre_compact_can_veto_auto_but_not_recovery() -> None:
     assert vetoed.detail == "vetoed by pre_compact" and compactor.undo_stack == []
     assert pre[0].trigger == "auto" and pre[0].messages_before == len(h) and pre[0].bytes_before == measure(h)
     forced = compactor.compact(h, summarizer=summarizer, trigger="recovery", budget=4200, measure=measure)
-    assert forced.outcome == "applied" and forced.level == 3
+    assert forced.outcome == "applied" and forced.stage == "truncation"
 
 
-def test_post_compact_gets_sizes_level_outcome_and_errors_do_not_break() -> None:
+def test_post_compact_gets_sizes_stage_outcome_and_errors_do_not_break() -> None:
     posts: list[CompactionInfo] = []
 
     def post(info: CompactionInfo) -> None:
@@ -445,9 +445,9 @@ def test_post_compact_gets_sizes_level_outcome_and_errors_do_not_break() -> None
     compactor, _, log = make(post_compact=post)
     h = fixture()
     result = compactor.compact(h, summarizer=ScriptedSummarizer(GOOD), trigger="manual", budget=10**6, measure=measure)
-    assert result.level == 2
+    assert result.stage == "summary"
     info = posts[0]
-    assert (info.trigger, info.level, info.outcome) == ("manual", 2, "applied")
+    assert (info.trigger, info.stage, info.outcome) == ("manual", "summary", "applied")
     assert info.messages_before == 9 and info.messages_after == 4 and info.bytes_after == measure(result.history)
     assert any(isinstance(e, NoticeEvent) and e.code == "hook_error" for e in log)
 
@@ -491,7 +491,7 @@ def test_broken_flush_sink_does_not_stop_compaction() -> None:
     result = compactor.compact(
         fixture(), summarizer=ScriptedSummarizer(GOOD), trigger="manual", budget=10**6, measure=measure
     )
-    assert result.level == 2
+    assert result.stage == "summary"
     assert any(isinstance(e, NoticeEvent) and e.code == "flush_error" for e in log)
 
 
@@ -506,7 +506,7 @@ def test_verbatim_survives_summary_and_pairing_stays_valid() -> None:
         Message.user("recent 2"),
     ]
     result = compactor.compact(h, summarizer=ScriptedSummarizer(GOOD), trigger="manual", budget=10**6, measure=measure)
-    assert result.level == 2
+    assert result.stage == "summary"
     assert find_orphans(result.history) == ([], [])
     kept = [m for m in result.history if "RECALLED ORIGINAL" in m.content]
     assert kept and kept[0].role == "user" and kept[0].tool_call_id is None
@@ -597,7 +597,7 @@ def test_pipeline_invariants(h: list[Message], ratio: float, mode: str, trigger:
     task = next(m for m in reversed(h) if m.role == "user")
     assert task in result.history or task.preserve_verbatim
     # (a manual summary follows the instruction and is not truncated further to reach a target)
-    if measure([*systems, task]) + 4_000 < budget and not (trigger == "manual" and result.level == 2):
+    if measure([*systems, task]) + 4_000 < budget and not (trigger == "manual" and result.stage == "summary"):
         assert result.within_budget, (result.bytes_after, budget, result.reports)
 
 
@@ -612,7 +612,7 @@ def test_flow_is_sans_io() -> None:
     with pytest.raises(StopIteration) as stop:
         gen.send(SummaryResponse("## Files Read\n- none\n" * 10, 10, 5, 0.0, "m"))
     result = stop.value.value
-    assert result.level == 3 and result.summary_calls == 2  # the summary did not fit: Level 3 ran too
+    assert result.stage == "truncation" and result.summary_calls == 2  # the summary did not fit: truncation ran too
     assert ("summarize", "applied") in phases(result) and compactor.backoff == 2
     assert result.history[1].content.startswith("[CONTEXT TRUNCATED: ")
 
@@ -631,11 +631,11 @@ def test_acompact_runs_a_sync_only_summarizer_in_a_thread() -> None:
     result = asyncio.run(
         compactor.acompact(fixture(), summarizer=sync_only, trigger="manual", budget=10**6, measure=measure)  # type: ignore[arg-type]
     )
-    assert result.level == 2 and sync_only.calls == 1
+    assert result.stage == "summary" and sync_only.calls == 1
 
 
 def test_short_history_never_calls_the_summarizer() -> None:
-    """research §7.6: [sys, u, a, u2] with MinKeepRecent 2 -> unchanged, summarizer never called."""
+    """[sys, u, a, u2] with min_keep_recent 2 -> unchanged, summarizer never called."""
     compactor, _, _ = make()
     h = [Message.system("s"), Message.user("u"), Message.assistant("a"), Message.user("u2")]
     summarizer = ScriptedSummarizer(RuntimeError("must not be called"))

@@ -1,4 +1,4 @@
-"""Level 2 through litellm over real HTTP to the bundled gateway simulator, every summarizer mode."""
+"""The summary stage through litellm over real HTTP to the bundled gateway simulator, every summarizer mode."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def run(gw: GatewaySimulator, mode: str, *, limits: Limits | None = None, budget
 def test_extract_mode_applies_a_real_summary(gw: GatewaySimulator) -> None:
     h, result, archive, compactor = run(gw, "extract")
     assert summary_requests(gw) == 1
-    assert result.level == 2 and result.outcome == "applied"
+    assert result.stage == "summary" and result.outcome == "applied"
     summary = next(m for m in result.history if m.is_summary)
     assert summary.content.startswith("[STRUCTURED SUMMARY - covering")
     assert "## Files Read" in summary.content and "src/app/api.py" in summary.content
@@ -101,7 +101,7 @@ def test_bad_summarizer_modes_never_replace_the_segment(gw: GatewaySimulator, mo
     texts = "\n".join(m.content for m in result.history)
     for bad in ("I'm sorry", "## Summary\n- ok", "Error: the summarization backend"):
         assert bad not in texts
-    assert result.level == 2 and result.summary_source == "extractive"
+    assert result.stage == "summary" and result.summary_source == "extractive"
     assert s2.EXTRACTIVE_HEADER in texts and "CONTEXT TRUNCATED" not in texts
     for ident in ("src/app/api.py", "tests/test_api.py", "pytest -q tests", "KeyError", "12345"):
         assert ident in texts, ident  # the ledger keeps what the model could not
@@ -112,14 +112,14 @@ def test_bad_summarizer_modes_never_replace_the_segment(gw: GatewaySimulator, mo
     expanded = "\n".join(expand_markers(m.content, archive) for m in result.history)
     assert all(m.content in expanded for m in h)
     stats = compactor.stats
-    assert (stats.summary_calls, stats.extractive_summaries, stats.level3_falls, stats.model_pauses) == (2, 1, 0, 1)
+    assert (stats.summary_calls, stats.extractive_summaries, stats.truncation_falls, stats.model_pauses) == (2, 1, 0, 1)
 
 
 def test_timeout_mode_is_a_failed_attempt(gw: GatewaySimulator) -> None:
     limits = Limits(min_keep_recent=2, emergency_keep_messages=3, summary_timeout=0.5)
     _, result, _, _ = run(gw, "timeout", limits=limits)
     assert summary_requests(gw) == 2
-    assert result.level == 2 and result.summary_source == "extractive"
+    assert result.stage == "summary" and result.summary_source == "extractive"
     assert "SummaryTimeout" in next(e for e in result.events if e.outcome == "failed").detail
 
 
@@ -138,6 +138,6 @@ def test_async_path_and_dedicated_compact_model(gw: GatewaySimulator) -> None:
     summarizer = LiteLLMSummarizer(**gw.litellm_kwargs())
     h = agent_history()
     result = asyncio.run(compactor.acompact(h, summarizer=summarizer, trigger="manual", budget=10**6, measure=measure))
-    assert result.level == 2
+    assert result.stage == "summary"
     summaries = [r for r in gw.requests if r.kind == "summary"]
     assert len(summaries) == 1 and summaries[0].model == "sim-summarizer"

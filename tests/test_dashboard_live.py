@@ -1,4 +1,4 @@
-"""The dashboard's live chart, header and status lines (issue 17).
+"""The dashboard's live chart, header and status lines.
 
 The chart is checked on what a browser would draw: the Vega-Lite spec rendered to SVG offline by
 vl-convert, counting the marks of each named layer. Stream and cache fields come from the real
@@ -27,7 +27,7 @@ from contextkit.events import (
     StreamEvent,
 )
 from contextkit.limits.state import SessionStats
-from contextkit.widgets.labels import STATS, stat_label, stat_value
+from contextkit.widgets.labels import LEVELS, STATS, stat_label, stat_value
 from contextkit.widgets.series import SessionSeries
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,8 +43,8 @@ def story() -> list[Event]:
         RequestEvent(bytes=90_000, tokens=20_000, outcome="rejected", failure_kind="waf_rejection", status=403, append_only=True),
         CapEvent(cap_bytes=67_500, rejected_bytes=90_000, source="learned"),
         CompactionEvent(trigger="recovery", phase="start", outcome="running", bytes_before=90_000),
-        CompactionEvent(trigger="recovery", phase="summarize", level=2, outcome="applied", bytes_before=90_000, bytes_after=40_000),
-        CompactionEvent(trigger="recovery", phase="done", level=2, outcome="applied", bytes_before=90_000, bytes_after=40_000),
+        CompactionEvent(trigger="recovery", phase="summarize", stage="summary", outcome="applied", bytes_before=90_000, bytes_after=40_000),
+        CompactionEvent(trigger="recovery", phase="done", stage="summary", outcome="applied", bytes_before=90_000, bytes_after=40_000),
         RecoveryEvent(failure_kind="waf_rejection", level=2, attempt=1, outcome="retrying", bytes_before=90_000, bytes_after=40_000),
         RequestEvent(bytes=40_000, tokens=9_000, prompt_tokens=9_000, level=2, outcome="ok", append_only=False),
         RecoveryEvent(level=2, attempt=1, outcome="recovered", bytes_before=40_000),
@@ -163,7 +163,9 @@ def test_every_counter_has_a_plain_label_and_an_explanation() -> None:
     for name in names:
         label, help_text = stat_label(name)
         assert "_" not in label and len(help_text) > 30, name
-    assert stat_label("level3_falls")[0] == "times the session had to cut messages"
+    assert stat_label("truncation_falls")[0] == "times the session had to cut messages"
+    # one description per recovery level: the counter's tooltip says what the timeline's rows say
+    assert all(text in stat_label("recoveries_by_level")[1] for text in LEVELS.values())
     assert stat_value("cached_share", 0.5) == "50%" and stat_value("cached_share", None) == "not reported"
     assert (
         stat_value("failures_by_kind", {"payload_too_large": 2})

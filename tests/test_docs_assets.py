@@ -1,8 +1,8 @@
 """The README's images, generated from real runs (never drawn by hand).
 
-``docs/images/level_outcomes.svg``: per-level outcomes over several real sessions (seeds) against
-the gateway simulator (an agent reading big files, then a paste far above an unknown 128 KB
-Cloudflare-style cap), priced as a real model (``price_as``), means with 95% intervals through
+``docs/images/level_outcomes.svg``: outcomes per recovery level and compaction stage over several
+real sessions (seeds) against the gateway simulator (an agent reading big files, then a paste far
+above an unknown 128 KB Cloudflare-style cap), priced as a real model (``price_as``), means with 95% intervals through
 ``contextkit.analysis``.
 ``docs/images/dashboard.png``: the browser test's screenshot of the tour's dashboard in Voila at
 the end of its run (``tests/test_widgets_browser.py`` writes ``test-artifacts/voila-dashboard.png``).
@@ -76,19 +76,19 @@ def pressure_events() -> list[dict[str, object]]:
     return [event for run in runs for event in run]
 
 
-def test_level_outcomes_chart_for_the_readme(pressure_events: list[dict[str, object]], tmp_path: Path) -> None:
-    from contextkit.analysis import frames, level_intervals_chart, level_outcomes_across_sessions, save_chart
+def test_outcomes_chart_for_the_readme(pressure_events: list[dict[str, object]], tmp_path: Path) -> None:
+    from contextkit.analysis import frames, outcome_intervals_chart, outcomes_across_sessions, save_chart
 
-    table = level_outcomes_across_sessions(frames(pressure_events))
+    table = outcomes_across_sessions(frames(pressure_events))
     labels = set(table["label"].to_list())
     # one gateway rejection teaches the cap; the paste then goes as an excerpt (no deeper rung needed)
-    assert {"recovery L1", "compaction L2", "compaction L3"} <= labels, labels
+    assert {"recovery L1", "compaction summary", "compaction truncation"} <= labels, labels
     fired = table.filter(pl.col("metric") == "times fired per session")
     assert fired["sessions"].max() == len(SEEDS)  # aggregated over every seed, not n = 1
     assert (table["low"] <= table["mean"]).all() and (table["mean"] <= table["high"]).all()
     cost = table.filter(pl.col("metric") == "cost per session (USD)")
     assert cost.height and (cost["mean"] > 0).any(), "the cost panel must show real prices"
-    path = save_chart(level_intervals_chart(table), tmp_path / "level_outcomes.svg")
+    path = save_chart(outcome_intervals_chart(table), tmp_path / "level_outcomes.svg")
     svg = path.read_text(encoding="utf-8")
     assert svg.lstrip().startswith("<svg") and "recovery L1" in svg and "success rate" in svg
     assert f"over up to {len(SEEDS)} sessions" in svg

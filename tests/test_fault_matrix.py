@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from histories import pasted_history, read_history
-from logcheck import assert_known_limits_respected
+from helpers.histories import pasted_history, read_history
+from helpers.logcheck import assert_known_limits_respected
 
 from contextkit import Limits
 from contextkit.archive import Archive
@@ -37,7 +37,7 @@ SIZE_FAULTS = ("fault:overflow", "fault:413", "fault:413-html", "fault:waf403", 
 
 
 def large_history() -> list[dict[str, Any]]:
-    """Above the 500 KB line where a dropped connection is a suspected payload limit (S2.4)."""
+    """Above the 500 KB line where a dropped connection is a suspected payload limit (below it, a transient error)."""
     return pasted_history(n=8, size=72_000, seed=1)
 
 
@@ -71,7 +71,7 @@ class Mode:
 # (nothing above it is sent) but the ~41 KB history is below it, so the first request goes out, the
 # gateway refuses it and recovery learns the tighter cap. The history must also stay below the pressure
 # trigger (60%) of the configured cap, or the no-LLM pass would shrink it under the real cap before
-# anything is sent (issue 14): hence 96 KB, not 64 KB.
+# anything is sent: hence 96 KB, not 64 KB.
 MODES: list[Mode] = [
     *[Mode(f"overflow-{style}", {"context_window": 3_000, "overflow_style": style}) for style in OVERFLOW_STYLES],
     Mode("overflow-anthropic-route", {"context_window": 3_000, "overflow_style": "anthropic"}, route="anthropic"),
@@ -237,7 +237,7 @@ def test_fault_cell(gw: GatewaySimulator, mode: Mode, loop: str, cap: str) -> No
             assert not any(size_rejection(r) for r in summaries), [r.reason for r in summaries]
             assert stats.compactions >= 1
             if mode.sim["summary_mode"] != "extract":
-                assert stats.level3_falls >= 1  # a failed summary falls back to truncation
+                assert stats.truncation_falls >= 1  # a failed summary falls back to truncation
         if loop == "tools" and mode.expect != "escalate":
             assert tool_outputs, "the tool loop must have run the tool after recovering"
         after = session.history
@@ -287,7 +287,7 @@ def test_summary_rejected_for_size_is_not_resent(error: Exception, calls: int) -
         history, summarizer=summarizer, budget=20_000, measure=lambda h: sum(len(m.content) for m in h)
     )
     assert summarizer.calls == calls
-    assert result.changed and result.level == 3  # fell back to truncation, nothing lost
+    assert result.changed and result.stage == "truncation"  # fell back to truncation, nothing lost
     nothing_lost_in(result.history, compactor.archive, [m.content for m in history])
 
 

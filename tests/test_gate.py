@@ -1,4 +1,4 @@
-"""The summary gate with its repair (issue 15): invented facts cost their clause, not the whole answer."""
+"""The summary gate with its repair: invented facts cost their clause, not the whole answer."""
 
 from __future__ import annotations
 

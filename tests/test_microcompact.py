@@ -1,4 +1,4 @@
-"""Microcompact: research §7.8 vectors plus the deviations we chose (S13)."""
+"""Microcompact: reference cases, plus the deviations we chose (a preview is known by its banner, so it ages on)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_age_two_truncates_with_one_marker_and_exact_preview():
     keys = extract_keys(stub)
     assert len(keys) == 1 and sink.get(keys[0]) == CONTENT
     body = stub.split("\n[full content recoverable")[0]
-    assert len(body) == 2511  # research-derived: 1980 head + banner + 480 tail
+    assert len(body) == 2511  # 1980 head + banner + 480 tail, each cut at a line boundary
     assert "[... 6540 chars omitted from old tool result ...]" in stub
     assert r.chars_freed == len(CONTENT) - len(stub) and r.archived_keys == (keys[0],)
     assert r.describe().startswith("microcompact: 1 truncated, 0 summarized,")

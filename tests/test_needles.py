@@ -1,4 +1,4 @@
-"""Needle questions (issue 16): a task metric that can fail, graded against the simulator over real HTTP."""
+"""Needle questions: a task metric that can fail, graded against the simulator over real HTTP."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pairing repair: research §7.9 vectors, snapping (§7.6), orphan archiving."""
+"""Pairing repair: reference cases (parallel calls, re-used ids, orphans), cut snapping, orphan archiving."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The peer arena (issue 16): real peers on the simulator, rows that say why a peer did not run, the grid."""
+"""The peer arena: real peers on the simulator, rows that say why a peer did not run, the grid."""
 
 from __future__ import annotations
 

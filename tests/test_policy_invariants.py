@@ -1,4 +1,4 @@
-"""Hypothesis invariants over random histories for every policy and the whole chain (issue 4).
+"""Hypothesis invariants over random histories for every policy and the whole chain.
 
 Histories mix system messages (also mid-history), tool calls (parallel, re-used ids, missing and
 orphan results), preserve_verbatim flags, recall output, reasoning, file reads and tiny to huge

@@ -1,4 +1,4 @@
-"""Prefix-cache probe (S10.2): shared_prefix and PrefixProbe."""
+"""Prefix-cache probe: shared_prefix and PrefixProbe."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pressure-gated, batched rewrites (issue 14): gating, keep-K, target, clear_at_least, staging."""
+"""Pressure-gated, batched rewrites: gating, keep-K, target, clear_at_least, staging."""
 
 from __future__ import annotations
 

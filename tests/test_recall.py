@@ -1,4 +1,4 @@
-"""Recall (tool + @recall) and recall_context (SPEC S3.3, S3.5; research §7.12)."""
+"""Recall (tool + @recall) and recall_context."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ K = "aaaabbbbccccdddd"
 
 
 class DictStore:
-    """Minimal readable store, as in the research doc's plugin tests."""
+    """Minimal readable store: anything with ``get(key)`` can answer a recall."""
 
     def __init__(self, data: dict[str, str]) -> None:
         self.data = data
@@ -35,7 +35,7 @@ class DictStore:
         return self.data.get(key)
 
 
-# research §7.12 vectors ------------------------------------------------------------------------
+# reference cases ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["@recall", "recall", "@RECALL", " recall "])
 def test_is_recall_tool_true(name: str) -> None:
     assert is_recall_tool(name)
@@ -192,7 +192,7 @@ def test_handle_tool_call_dispatch(archive: Archive) -> None:
     assert handle_tool_call(archive, "c4", "read_file", "{}") is None
 
 
-# recall_context (S3.5) -------------------------------------------------------------------------
+# recall_context --------------------------------------------------------------------------------
 CORPUS: list[tuple[str, dict[str, Any] | None, str]] = [
     ("tool_result", {"tool": "grep", "path": "src/db.py"}, "connection pool settings: size 10, timeout 30s"),
     ("message", {"role": "user"}, "the weather today is sunny with a light breeze"),

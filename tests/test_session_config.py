@@ -1,6 +1,6 @@
 """Session construction and persistence that must not surprise: Limits over CONTEXTKIT_*, keyword
 arguments that never vanish, no shadowed recall tool, archive scopes, saving an in-memory archive, and
-event subscribers whose errors are counted and reported (issue 12)."""
+event subscribers whose errors are counted and reported."""
 
 from __future__ import annotations
 

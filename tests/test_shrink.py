@@ -1,4 +1,4 @@
-"""Content shrink (S4.8) and the verbatim cap (S4.9): research §7.4 and §7.6 vectors."""
+"""Content shrink and the verbatim cap, with their reference cases."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from contextkit.sizing import request_bytes
 
 
 def chars(h: Sequence[Message]) -> int:
-    """The source system's weighted measure (sum of content lengths), as in its tests."""
+    """A simple measure (sum of content lengths), so the expected sizes can be computed by hand."""
     return sum(len(m.content) for m in h)
 
 

@@ -1,4 +1,4 @@
-"""The gateway simulator, driven through litellm over real HTTP (SPEC S7, feasibility §2-3)."""
+"""The gateway simulator, driven through litellm over real HTTP."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def test_reply_numbering_follows_assistant_turns(gw):
     assert call(gw, messages=msgs).choices[0].message.content == "Reply 2: again"
 
 
-# faults: exception classes as measured in feasibility.md §2-3 ---------------------------------------
+# faults: the exception classes litellm raises for each real gateway failure -----------------------
 
 EXPECTED = {
     ("openai", "overflow"): ("ContextWindowExceededError", 400, "maximum context length"),

@@ -1,4 +1,4 @@
-"""Streaming for real (issue 13): ``Session.stream`` and ``Session.astream`` against the simulator.
+"""Streaming for real: ``Session.stream`` and ``Session.astream`` against the simulator.
 
 Every check is by order and count, never by wall-clock time: the simulator's ``StreamGate`` holds
 a streamed reply after its first text delta until the test releases it, so "the first delta
@@ -449,7 +449,7 @@ async def _acancel(session: Session, question: str, how: str) -> None:
     assert stream.cancelled and stream.reply is None
 
 
-# one flow, four loops (S6.5) ----------------------------------------------------------------------
+# one flow, four loops (send, tool loop, stream, astream) ------------------------------------------
 
 
 # a streamed body carries "stream": true (measured: request bytes are the bytes sent)

@@ -274,7 +274,7 @@ def test_an_empty_stream_on_a_big_history_is_recovered_in_astream_with_the_histo
     assert all(m["content"] in expanded for m in history)
 
 
-# the issue-12 property, streamed: random faults (stream faults too) at random turns of stream / astream turns ---
+# the random-fault property, streamed: random faults (stream faults too) at random turns of stream / astream turns ---
 
 STREAM_FAULTS = (*FAULTS, "stream_drop", "stream_error")
 streamed_turns = st.lists(

@@ -1,4 +1,4 @@
-"""Level 2 as pure data: plan, summarizer input, prompt, gate, retention, apply (SPEC S4.4-S4.6, S4.9)."""
+"""The summary stage as pure data: plan, summarizer input, prompt, gate, retention, apply."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ GOOD = "## Summary\n- point " * 8
 
 
 def fixture(recent: int = 2) -> list[Message]:
-    """research §7.6: [system charter] + 3 x (question, answer) + recent users."""
+    """[system charter] + 3 x (question, answer) + recent users."""
     out = [Message.system("charter")]
     for _ in range(3):
         out += [Message.user("question detail " * 50), Message.assistant("answer detail " * 50)]
@@ -97,7 +97,7 @@ def test_plan_none_when_too_few_or_nothing_old() -> None:
         is None
     )
     assert s2.plan_segment([sys_, Message.user("u")], min_keep_recent=10) is None
-    # §7.6: the cut lands on a tool result, snaps to its assistant; the middle is then < 4
+    # the cut lands on a tool result, snaps to its assistant; the middle is then < 4
     h = [
         sys_,
         Message.user("u1"),
@@ -273,7 +273,7 @@ def test_apply_without_key_has_no_marker_and_guided_header() -> None:
 
 
 def test_native_recall_result_survives_as_user_message() -> None:
-    """research §7.6 audit3: a verbatim tool result in the middle is downgraded, pairing stays valid."""
+    """A verbatim tool result in the middle is downgraded, pairing stays valid."""
     h = fixture(0)
     h += [
         Message.assistant("", [ToolCall("r1", "recall", '{"key":"abc"}')]),

@@ -1,4 +1,4 @@
-"""Identifier retention across nested Level-2 summaries (issue 15: the ledger guarantees retention).
+"""Identifier retention across nested summaries (the identifier ledger guarantees retention).
 
 A long conversation is summarized again and again: each new segment starts with the previous
 summary, whose ledger already lists every identifier summarized so far. Budgeting that ledger as a
@@ -69,7 +69,7 @@ def test_a_summary_of_a_summary_keeps_every_identifier_of_its_segment() -> None:
     assert carried > 4_000  # the first ledger is a third of the second segment
     second = compactor.compact(history, summarizer=ScriptedSummarizer(WEAK), trigger="manual", budget=10**6,
                                measure=measure)  # fmt: skip
-    assert second.level == 2 and second.summary_source == "model"
+    assert second.stage == "summary" and second.summary_source == "model"
     assert second.identifier_retention == 1.0
     text = summary_of(second.history)
     wanted = set().union(*(ids.identifiers(doc) for doc in docs))
@@ -109,7 +109,7 @@ def test_a_long_conversation_keeps_its_new_identifiers_and_ages_only_the_oldest(
         assert (f"{len(lost)} older identifiers aged out" in event.detail) == bool(lost)
         assert all(i in segment for i in lost)  # one recall away
         history = result.history
-    assert summaries >= 10 and compactor.stats.level3_falls == 0
+    assert summaries >= 10 and compactor.stats.truncation_falls == 0
     applied = [e for e in log if isinstance(e, CompactionEvent) and e.phase == "summarize" and e.outcome == "applied"]
     assert all(e.identifier_retention is not None and e.identifier_retention >= 0.8 for e in applied)
     assert sum(e.identifier_retention == 1.0 for e in applied) >= len(applied) // 2

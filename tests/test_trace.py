@@ -1,4 +1,4 @@
-"""Per-call request trace (S10.3): sizes and origins of every piece, mechanisms, content-free default."""
+"""Per-call request trace: sizes and origins of every piece, mechanisms, content-free default."""
 
 from __future__ import annotations
 
@@ -139,5 +139,5 @@ def test_trace_session_is_read_only_and_matches_what_would_be_sent() -> None:
     trace = trace_session(session)
     assert (len(archive), [m.content for m in session.history]) == before
     assert trace.mechanisms.get("budget-capped") == 2  # two 150-line reads over the 3,000-char cap
-    assert trace.tools == ()  # a plain chat is offered `recall` only once something is archived (issue 14)
+    assert trace.tools == ()  # a plain chat is offered `recall` only once something is archived (tools lead the cached prefix)
     assert trace.bytes < session.measure().bytes

@@ -1,4 +1,4 @@
-"""Trim phase (S4.1): reasoning strip and repeated-read dedup, research §7.10 vectors."""
+"""The trim phase: reasoning strip and repeated-read dedup, with their reference cases."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Level 3 truncation (S4.7): research §7.3 nuclear cap, §7.6 compactor vectors, §4.10.7 downgrade."""
+"""Truncation (the compaction pipeline's last stage, recovery levels 2 and 3): the nuclear per-message
+cap, the compactor's truncation cases, and the downgrade of a verbatim tool result whose call is gone."""
 
 from __future__ import annotations
 

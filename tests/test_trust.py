@@ -1,4 +1,4 @@
-"""Issue 12, the engine's decisions: one test per promise, through litellm over real HTTP to the simulator.
+"""The engine's decisions: one test per promise, through litellm over real HTTP to the simulator.
 
 Learn only from evidence; never send what is known to fail; transactional turns; the task survives;
 one rule for a message too big to send; limits that recover; rewind, manual compaction, max_rounds,
@@ -12,8 +12,8 @@ import json
 from typing import Any
 
 import pytest
-from histories import pasted_history, read_history
-from logcheck import assert_known_limits_respected
+from helpers.histories import pasted_history, read_history
+from helpers.logcheck import assert_known_limits_respected
 
 from contextkit import Limits, Message
 from contextkit.archive import Archive
@@ -406,7 +406,7 @@ def test_manual_compaction_of_a_short_history_follows_the_instruction(gw: Gatewa
     session.add_messages(pasted_history(n=3, size=20_000))  # 6 messages: fewer than min_keep_recent (8)
     newest = session.history[-2:]
     result = session.compact("keep the part numbers")
-    assert result.changed and result.level == 2 and result.summary_calls == 1
+    assert result.changed and result.stage == "summary" and result.summary_calls == 1
     assert session.history[-2:] == newest  # the newest exchange kept whole
     assert session.history[0].content.startswith(
         '[COMPACTED CONTEXT - 4 messages summarized per user instruction: "keep'
@@ -534,8 +534,9 @@ def test_the_payload_notice_fits_the_session(gw: GatewaySimulator, with_tools: b
 
 
 def test_the_payload_notice_is_added_once_even_when_shrink_runs_again(gw: GatewaySimulator) -> None:
-    """Level-3 shrink reduces old messages to pointers; the notice stays whole, so a later payload
-    recovery finds it and does not add a second one (it used to be stubbed, then added again)."""
+    """Shrink (the truncation stage) reduces old messages to pointers; the notice stays whole, so a
+    later payload recovery finds it and does not add a second one (it used to be stubbed, then added
+    again)."""
     gw.configure(max_body="96KB", reject_with="413")
     session = session_for(gw, limits=Limits(context_window=128_000, retry_backoff=0.0))
     logs = Workspace(seed=3, target_bytes=6_000)

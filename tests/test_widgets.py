@@ -168,19 +168,19 @@ def test_timeline_groups_a_compaction_into_one_row_whose_running_phase_is_replac
     s.events.append(CompactionEvent(trigger="auto", phase="start", outcome="running", bytes_before=90_000))
     s.events.append(
         CompactionEvent(
-            trigger="auto", phase="microcompact", level=1, outcome="applied", bytes_before=90_000, bytes_after=60_000,
+            trigger="auto", phase="microcompact", stage="trim", outcome="applied", bytes_before=90_000, bytes_after=60_000,
             status="microcompact: 3 truncated",
         )
     )  # fmt: skip
     s.events.append(
         CompactionEvent(
-            trigger="auto", phase="summarize", level=2, outcome="running", bytes_before=60_000,
+            trigger="auto", phase="summarize", stage="summary", outcome="running", bytes_before=60_000,
             status="Summarizing 22 messages…",
         )
     )  # fmt: skip
     assert len(timeline.rows) == 1 and timeline.rows[0]["outcome"] == "running"
     assert [st["outcome"] for st in timeline.rows[0]["steps"]] == ["applied", "running"]
-    assert timeline.running == "summarized old messages (level 2): Summarizing 22 messages…"
+    assert timeline.running == "summarized old messages (summary stage): Summarizing 22 messages…"
     assert "ck-running-line" in timeline.status.value and "Summarizing 22 messages" in timeline.status.value
     # the running row is open and says in plain words what is happening
     assert "class='ck-episode ck-compaction ck-running' open" in timeline.table.value
@@ -188,7 +188,7 @@ def test_timeline_groups_a_compaction_into_one_row_whose_running_phase_is_replac
 
     s.events.append(
         CompactionEvent(
-            trigger="auto", phase="summarize", level=2, outcome="applied", bytes_before=60_000, bytes_after=12_000,
+            trigger="auto", phase="summarize", stage="summary", outcome="applied", bytes_before=60_000, bytes_after=12_000,
             summarizer_prompt_tokens=1200, summarizer_completion_tokens=300, summarizer_cost=0.0042,
             identifier_retention=0.9, status="Summary applied",
         )
@@ -232,8 +232,8 @@ def test_timeline_groups_a_recovery_ladder_into_one_row() -> None:
         "recovered",
     ]
     assert row["summary"] == (
-        "Recovery after the gateway refused the body as too large (413) · recovered at level 2: summarize old "
-        "messages · 2 steps"
+        "Recovery after the gateway refused the body as too large (413) · recovered at level 2: keep only the "
+        "recent messages · 2 steps"
     )
     assert "1 pieces archived" in timeline.table.value
     s.events.append(RecoveryEvent(failure_kind="context_overflow", level=3, attempt=3, outcome="failed"))
@@ -244,7 +244,7 @@ def test_timeline_groups_a_recovery_ladder_into_one_row() -> None:
 def test_timeline_done_closes_the_run_and_rows_are_bounded() -> None:
     rows: list[dict[str, Any]] = []
     rows = timeline_rows(rows, CompactionEvent(phase="start", outcome="running", bytes_before=5000))
-    rows = timeline_rows(rows, CompactionEvent(phase="summarize", level=2, outcome="running"))
+    rows = timeline_rows(rows, CompactionEvent(phase="summarize", stage="summary", outcome="running"))
     before = rows
     rows = timeline_rows(rows, CompactionEvent(phase="done", outcome="cancelled", bytes_before=5000, bytes_after=5000))
     assert before[0]["outcome"] == "running" and before[0]["steps"][0]["outcome"] == "running"  # input unchanged

@@ -1,4 +1,4 @@
-"""The dashboard in a real JupyterLab and in Voila, rendered by headless Debian Chromium (S8.5).
+"""The dashboard in a real JupyterLab and in Voila, rendered by headless Debian Chromium.
 
 JupyterLab: starts it on 127.0.0.1 (free port, no token, private settings and workspace folders),
 opens a notebook generated here and runs all cells through the Lab UI: a real Session against

@@ -1,12 +1,12 @@
-"""Analyses of session events: polars frames, summary tables and offline altair charts (S9).
+"""Analyses of session events: polars frames, summary tables and offline altair charts.
 
 A leaf package: nothing in contextkit imports it, so ``import contextkit`` never loads polars or
 altair. Typical use::
 
-    from contextkit.analysis import frames, level_outcomes, history_vs_cap_chart, save_chart
+    from contextkit.analysis import frames, outcomes, outcome_intervals_chart, history_vs_cap_chart, save_chart
     f = frames(session.events)
-    level_outcomes(f)                       # polars table per recovery/compaction level
-    level_intervals_chart(f)                # the same over many sessions: means with 95% intervals
+    outcomes(f)                             # polars table per recovery level and compaction stage
+    outcome_intervals_chart(f)              # the same over many sessions: means with 95% intervals
     save_chart(history_vs_cap_chart(f), "history.svg")
 """
 
@@ -17,11 +17,11 @@ from contextkit.errors import require_extra
 require_extra("contextkit.analysis", "polars", "altair", "vl_convert")
 
 from contextkit.analysis.charts import (
-    LEVEL_OUTCOMES_SCHEMA,
+    OUTCOMES_SCHEMA,
     history_vs_cap_chart,
     history_vs_cap_data,
-    level_outcomes,
-    level_outcomes_chart,
+    outcomes,
+    outcomes_chart,
     prefix_reuse_chart,
     retention_chart,
 )
@@ -36,15 +36,15 @@ from contextkit.analysis.frames import (
 )
 from contextkit.analysis.intervals import (
     INTERVALS_SCHEMA,
-    level_intervals_chart,
-    level_outcomes_across_sessions,
+    outcome_intervals_chart,
+    outcomes_across_sessions,
     per_session_outcomes,
 )
 
 __all__ = [
     "COMPACTIONS_SCHEMA",
     "INTERVALS_SCHEMA",
-    "LEVEL_OUTCOMES_SCHEMA",
+    "OUTCOMES_SCHEMA",
     "RECOVERIES_SCHEMA",
     "REQUESTS_SCHEMA",
     "Frames",
@@ -54,10 +54,10 @@ __all__ = [
     "frames",
     "history_vs_cap_chart",
     "history_vs_cap_data",
-    "level_intervals_chart",
-    "level_outcomes",
-    "level_outcomes_across_sessions",
-    "level_outcomes_chart",
+    "outcome_intervals_chart",
+    "outcomes",
+    "outcomes_across_sessions",
+    "outcomes_chart",
     "per_session_outcomes",
     "prefix_reuse_chart",
     "retention_chart",

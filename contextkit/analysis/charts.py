@@ -1,4 +1,4 @@
-"""Summary tables and altair charts over the analysis frames (S9.2, S10.2).
+"""Summary tables and altair charts over the analysis frames.
 
 Every function here is pure: frames in, a DataFrame or an ``altair`` chart out; nothing is
 displayed or written. Chart data is inlined as plain rows (no data transformer, so no row limit
@@ -15,25 +15,27 @@ import altair as alt
 import polars as pl
 
 from contextkit.analysis.frames import Frames
+from contextkit.events import COMPACTION_STAGES
 
 __all__ = [
-    "LEVEL_OUTCOMES_SCHEMA",
+    "OUTCOMES_SCHEMA",
     "history_vs_cap_chart",
     "history_vs_cap_data",
-    "level_outcomes",
-    "level_outcomes_chart",
+    "outcomes",
+    "outcomes_chart",
     "prefix_reuse_chart",
     "retention_chart",
 ]
 
-# phases that report a whole compaction rather than one level's work
+# phases that report a whole compaction rather than one stage's work
 _AGGREGATE_PHASES = ("start", "done")
 
-LEVEL_OUTCOMES_SCHEMA = pl.Schema(
+OUTCOMES_SCHEMA = pl.Schema(
     {
         "source": pl.String,  # recovery | compaction
-        "level": pl.Int64,
-        "label": pl.String,  # "recovery L1", "compaction L2"
+        "level": pl.Int64,  # the recovery level (1-3); null on compaction rows
+        "stage": pl.String,  # the compaction stage (trim | summary | truncation); null on recovery rows
+        "label": pl.String,  # "recovery L1", "compaction summary"
         "fired": pl.Int64,
         "succeeded": pl.Int64,
         "success_rate": pl.Float64,
@@ -65,15 +67,28 @@ def _data(df: pl.DataFrame) -> alt.InlineData:
     return alt.InlineData(values=df.to_dicts())
 
 
-def level_outcomes(frames: Frames) -> pl.DataFrame:
-    """Per recovery level and per compaction level: how often it fired, how often it worked,
+def _rows_in_order(table: pl.DataFrame) -> pl.DataFrame:
+    """Recovery rows by level, then compaction rows in the order the stages run."""
+    rank = pl.col("stage").replace_strict(
+        {s: i for i, s in enumerate(COMPACTION_STAGES)}, default=len(COMPACTION_STAGES)
+    )
+    return (
+        table.with_columns(rank.alias("_rank"))
+        .sort("source", "level", "_rank", descending=[True, False, False], nulls_last=True)
+        .drop("_rank")
+    )
+
+
+def outcomes(frames: Frames) -> pl.DataFrame:
+    """Per recovery level and per compaction stage: how often it fired, how often it worked,
     bytes/tokens freed, mean latency, cost and mean identifier retention.
 
-    Recovery rows: the ``retrying``/``floor`` steps (``recovered``/``failed`` rows only mark how a
-    ladder ended); success = the request after the step went through; cost = provider cost of
-    the requests sent at that level. Compaction rows exclude skipped
-    phases and the aggregate ``start``/``done`` phases; success = ``applied``; cost = summarizer
-    cost. Schema: ``LEVEL_OUTCOMES_SCHEMA``; sorted by source then level.
+    Recovery rows (``level`` set): the ``retrying``/``floor`` steps (``recovered``/``failed`` rows
+    only mark how a ladder ended); success = the request after the step went through; cost =
+    provider cost of the requests sent at that level. Compaction rows (``stage`` set) exclude
+    skipped phases and the aggregate ``start``/``done`` phases; success = ``applied``; cost =
+    summarizer cost. Schema: ``OUTCOMES_SCHEMA``; recovery rows first by level, then compaction
+    rows in stage order (trim, summary, truncation).
     """
     # "recovered" / "failed" rows mark how a ladder ended; the level itself fired in its "retrying" row
     rec = frames.recoveries.filter(~pl.col("outcome").is_in(["recovered", "failed"]))
@@ -91,12 +106,13 @@ def level_outcomes(frames: Frames) -> pl.DataFrame:
         .join(req_cost, on="level", how="left")
         .with_columns(
             pl.lit("recovery").alias("source"),
+            pl.lit(None, dtype=pl.String).alias("stage"),
             pl.col("cost").fill_null(0.0),
             pl.lit(None, dtype=pl.Float64).alias("identifier_retention"),
         )
     )
     comp = frames.compactions.filter((pl.col("outcome") != "skipped") & ~pl.col("phase").is_in(list(_AGGREGATE_PHASES)))
-    compaction = comp.group_by("level").agg(
+    compaction = comp.group_by("stage").agg(
         pl.len().cast(pl.Int64).alias("fired"),
         (pl.col("outcome") == "applied").sum().cast(pl.Int64).alias("succeeded"),
         pl.col("freed_bytes").sum().cast(pl.Int64).alias("bytes_freed"),
@@ -106,21 +122,25 @@ def level_outcomes(frames: Frames) -> pl.DataFrame:
         pl.col("summarizer_cost").sum().cast(pl.Float64).alias("cost"),
         pl.col("identifier_retention").mean().cast(pl.Float64).alias("identifier_retention"),
     )
-    compaction = compaction.with_columns(pl.lit("compaction").alias("source"))
+    compaction = compaction.with_columns(
+        pl.lit("compaction").alias("source"),
+        pl.lit(None, dtype=pl.Int64).alias("level"),
+        (pl.lit("compaction ") + pl.col("stage")).alias("label"),
+    )
+    recovery = recovery.with_columns((pl.lit("recovery L") + pl.col("level").cast(pl.String)).alias("label"))
     table = pl.concat(
         [
             part.with_columns(
-                (pl.col("source") + pl.lit(" L") + pl.col("level").cast(pl.String)).alias("label"),
                 (pl.col("succeeded") / pl.col("fired")).cast(pl.Float64).alias("success_rate"),
-            ).select(LEVEL_OUTCOMES_SCHEMA.names())
+            ).select(OUTCOMES_SCHEMA.names())
             for part in (recovery, compaction)
         ],
         how="vertical",
     )
-    return table.cast(LEVEL_OUTCOMES_SCHEMA).sort("source", "level", descending=[True, False])
+    return _rows_in_order(table.cast(OUTCOMES_SCHEMA))
 
 
-_LEVEL_METRICS = {
+_OUTCOME_METRICS = {
     "fired": "times fired",
     "success_rate": "success rate",
     "mean_bytes_freed": "mean bytes freed",
@@ -129,35 +149,33 @@ _LEVEL_METRICS = {
 }
 
 
-def level_outcomes_chart(table: Frames | pl.DataFrame) -> alt.FacetChart:
-    """Bars per level (recovery and compaction) for each outcome metric, one panel per metric.
+def outcomes_chart(table: Frames | pl.DataFrame) -> alt.FacetChart:
+    """Bars per recovery level and compaction stage for each outcome metric, one panel per metric.
 
-    Accepts ``Frames`` or the ``level_outcomes`` table. Rows of the chart data are the table
-    melted to ``label, source, level, metric, value`` (nulls dropped).
+    Accepts ``Frames`` or the ``outcomes`` table. Rows of the chart data are the table melted to
+    ``label, source, metric, value`` (nulls dropped).
     """
-    df = level_outcomes(table) if isinstance(table, Frames) else table
-    _require(df, ("label", "source", "level", *_LEVEL_METRICS), "level_outcomes_chart")
+    df = outcomes(table) if isinstance(table, Frames) else table
+    _require(df, ("label", "source", *_OUTCOME_METRICS), "outcomes_chart")
     long = (
-        df.select("label", "source", "level", *_LEVEL_METRICS)
-        .with_columns(pl.col(m).cast(pl.Float64) for m in _LEVEL_METRICS)
-        .unpivot(
-            index=["label", "source", "level"], on=list(_LEVEL_METRICS), variable_name="metric", value_name="value"
-        )
+        df.select("label", "source", *_OUTCOME_METRICS)
+        .with_columns(pl.col(m).cast(pl.Float64) for m in _OUTCOME_METRICS)
+        .unpivot(index=["label", "source"], on=list(_OUTCOME_METRICS), variable_name="metric", value_name="value")
         .drop_nulls("value")
-        .with_columns(pl.col("metric").replace_strict(_LEVEL_METRICS, return_dtype=pl.String))
+        .with_columns(pl.col("metric").replace_strict(_OUTCOME_METRICS, return_dtype=pl.String))
     )
     base = alt.Chart(_data(long)).mark_bar()
     return (
         base.encode(
-            x=alt.X("label:N", title="level", sort=None),
+            x=alt.X("label:N", title="recovery level or compaction stage", sort=None),
             y=alt.Y("value:Q", title=None),
             color=alt.Color("source:N", title="source"),
             tooltip=[alt.Tooltip("label:N"), alt.Tooltip("metric:N"), alt.Tooltip("value:Q", format=",.4g")],
         )
         .properties(width=160, height=140)
-        .facet(facet=alt.Facet("metric:N", title=None, sort=list(_LEVEL_METRICS.values())), columns=5)
+        .facet(facet=alt.Facet("metric:N", title=None, sort=list(_OUTCOME_METRICS.values())), columns=5)
         .resolve_scale(y="independent")
-        .properties(title="Recovery and compaction levels: outcomes")
+        .properties(title="Recovery levels and compaction stages: outcomes")
     )
 
 
@@ -166,7 +184,7 @@ def history_vs_cap_data(frames: Frames) -> tuple[pl.DataFrame, pl.DataFrame]:
 
     ``points``: one row per request (``request_index, turn, bytes, tokens, cap_bytes, outcome,
     rejected, purpose, session_id``). ``marks``: one row per applied compaction phase placed at the
-    index of the next request (``request_index, phase, level, trigger, freed_bytes, session_id``).
+    index of the next request (``request_index, phase, stage, trigger, freed_bytes, session_id``).
     """
     req = frames.requests
     points = req.select(
@@ -192,7 +210,7 @@ def history_vs_cap_data(frames: Frames) -> tuple[pl.DataFrame, pl.DataFrame]:
                 "session_id": row["session_id"],
                 "request_index": sum(1 for s in seqs if s < row["seq"]),
                 "phase": row["phase"],
-                "level": row["level"],
+                "stage": row["stage"],
                 "trigger": row["trigger"],
                 "freed_bytes": row["freed_bytes"],
             }
@@ -203,7 +221,7 @@ def history_vs_cap_data(frames: Frames) -> tuple[pl.DataFrame, pl.DataFrame]:
             "session_id": pl.String,
             "request_index": pl.Int64,
             "phase": pl.String,
-            "level": pl.Int64,
+            "stage": pl.String,
             "trigger": pl.String,
             "freed_bytes": pl.Int64,
         },
@@ -248,26 +266,26 @@ def history_vs_cap_chart(frames: Frames) -> alt.LayerChart:
             .encode(
                 x=x,
                 color=alt.Color("phase:N", title="compaction phase"),
-                tooltip=["phase:N", "level:Q", "trigger:N", "freed_bytes:Q"],
+                tooltip=["phase:N", "stage:N", "trigger:N", "freed_bytes:Q"],
             )
         )
     return alt.LayerChart(layer=layers, width=520, height=260, title="Request size vs payload cap")
 
 
 def retention_chart(compactions: Frames | pl.DataFrame) -> alt.LayerChart:
-    """Identifier retention of each compaction that measured it (points) and the mean per level
+    """Identifier retention of each compaction that measured it (points) and the mean per stage
     (ticks). Rows: compactions with a non-null ``identifier_retention``."""
     df = _pick(compactions, "compactions")
-    _require(df, ("level", "phase", "identifier_retention"), "retention_chart")
-    rows = df.drop_nulls("identifier_retention").select("level", "phase", "trigger", "identifier_retention", "seq")
-    x = alt.X("level:O", title="compaction level")
+    _require(df, ("stage", "phase", "identifier_retention"), "retention_chart")
+    rows = df.drop_nulls("identifier_retention").select("stage", "phase", "trigger", "identifier_retention", "seq")
+    x = alt.X("stage:N", title="compaction stage", sort=list(COMPACTION_STAGES))
     y = alt.Y("identifier_retention:Q", title="identifier retention", scale=alt.Scale(domain=[0, 1]))
     base = alt.Chart(_data(rows))
     points = base.mark_circle(size=60, opacity=0.7).encode(
         x=x, y=y, color=alt.Color("phase:N"), tooltip=["phase:N", "trigger:N", "identifier_retention:Q"]
     )
     mean = base.mark_tick(thickness=3, size=30, color="black").encode(x=x, y=alt.Y("mean(identifier_retention):Q"))
-    return alt.LayerChart(layer=[points, mean], width=300, height=220, title="Identifier retention per level")
+    return alt.LayerChart(layer=[points, mean], width=300, height=220, title="Identifier retention per stage")
 
 
 def prefix_reuse_chart(requests: Frames | pl.DataFrame) -> alt.Chart:

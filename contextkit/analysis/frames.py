@@ -1,11 +1,12 @@
-"""Events → polars DataFrames with fixed, documented schemas (S9.1).
+"""Events → polars DataFrames with fixed, documented schemas.
 
 ``frames(events)`` accepts an ``EventLog``, a list of ``Event`` objects or a list of event dicts
 (``Event.to_dict()`` output, e.g. loaded from JSON) and returns ``Frames(requests, compactions,
 recoveries)``. Every frame always has exactly the columns and dtypes below, also for empty input.
 
 requests — one row per request attempt (``RequestEvent``), in log order:
-    session_id str, seq i64, ts f64, turn i64, attempt i64, level i64, model str, bytes i64,
+    session_id str, seq i64, ts f64, turn i64, attempt i64, level i64 (the recovery level applied
+    before the attempt, 0 = none), model str, bytes i64,
     tokens i64, messages i64, outcome str (ok | rejected | error | length), failure_kind str?,
     status i64?, latency_s f64, prompt_tokens i64, completion_tokens i64, cost f64,
     prefix_shared_bytes i64, prefix_share f64? (null for the first request), purpose str
@@ -17,7 +18,8 @@ requests — one row per request attempt (``RequestEvent``), in log order:
 
 compactions — one row per finished compaction phase (``CompactionEvent`` whose outcome is not
 ``running``; the ``running`` event only times the phase):
-    session_id str, seq i64, ts f64, turn i64, trigger str, phase str, level i64, status str,
+    session_id str, seq i64, ts f64, turn i64, trigger str, phase str, stage str (trim | summary |
+    truncation; "" for a pass that changed nothing), status str,
     outcome str, messages_before/after i64, bytes_before/after i64, tokens_before/after i64,
     freed_bytes i64 (before - after), freed_tokens i64, summarizer_prompt_tokens i64,
     summarizer_completion_tokens i64, summarizer_cost f64, identifier_retention f64? (the applied
@@ -90,7 +92,7 @@ COMPACTIONS_SCHEMA = pl.Schema(
         **_KEYS,
         "trigger": _STR,
         "phase": _STR,
-        "level": _I64,
+        "stage": _STR,
         "status": _STR,
         "outcome": _STR,
         "messages_before": _I64,
@@ -241,7 +243,7 @@ def frames(events: EventLog | Iterable[Event | Mapping[str, Any]]) -> Frames:
                     **_keys(e),
                     "trigger": e.trigger,
                     "phase": e.phase,
-                    "level": e.level,
+                    "stage": e.stage,
                     "status": e.status,
                     "outcome": e.outcome,
                     "messages_before": e.messages_before,

@@ -1,14 +1,14 @@
-"""Per-level outcomes across many sessions (seeds), with 95% confidence intervals (S9.2).
+"""Outcomes per recovery level and compaction stage across many sessions (seeds), with 95% intervals.
 
-One session gives one number per level (n = 1): a student cannot tell a pattern from luck.
-``level_outcomes_across_sessions(frames)`` computes ``level_outcomes`` for every session in the
-frames, then summarises each metric per level over the sessions where that level fired: the mean,
-a 95% interval (Student's t on the per-session values; for the success rate a Wilson interval on
-the pooled counts), and ``sessions`` (how many sessions contributed). ``level_intervals_chart``
-draws means with interval bars, one panel per metric.
+One session gives one number per level or stage (n = 1): a student cannot tell a pattern from luck.
+``outcomes_across_sessions(frames)`` computes ``outcomes`` for every session in the frames, then
+summarises each metric per recovery level and per compaction stage over the sessions where it
+fired: the mean, a 95% interval (Student's t on the per-session values; for the success rate a
+Wilson interval on the pooled counts), and ``sessions`` (how many sessions contributed).
+``outcome_intervals_chart`` draws means with interval bars, one panel per metric.
 
 Cost is the ``cost`` of the requests sent at a recovery level and the summarizer cost of a
-compaction level — the providers' prices as recorded in the events (zero for a model without a
+compaction stage — the providers' prices as recorded in the events (zero for a model without a
 known price, such as the bundled simulator's, unless the session prices it as a real model with
 ``Session(price_as=...)``, as the README chart does).
 """
@@ -20,10 +20,10 @@ import math
 import altair as alt
 import polars as pl
 
-from contextkit.analysis.charts import level_outcomes
+from contextkit.analysis.charts import _rows_in_order, outcomes
 from contextkit.analysis.frames import Frames
 
-__all__ = ["INTERVALS_SCHEMA", "level_intervals_chart", "level_outcomes_across_sessions", "per_session_outcomes"]
+__all__ = ["INTERVALS_SCHEMA", "outcome_intervals_chart", "outcomes_across_sessions", "per_session_outcomes"]
 
 # two-sided 95% Student t quantiles by degrees of freedom (df > 30: the normal 1.96)
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
@@ -39,11 +39,12 @@ METRICS = {
 
 INTERVALS_SCHEMA = pl.Schema(
     {
-        "source": pl.String,
-        "level": pl.Int64,
+        "source": pl.String,  # recovery | compaction
+        "level": pl.Int64,  # the recovery level (1-3); null on compaction rows
+        "stage": pl.String,  # the compaction stage (trim | summary | truncation); null on recovery rows
         "label": pl.String,
         "metric": pl.String,  # one of METRICS' values
-        "sessions": pl.Int64,  # sessions in which the level fired
+        "sessions": pl.Int64,  # sessions in which the level or stage fired
         "mean": pl.Float64,
         "low": pl.Float64,
         "high": pl.Float64,
@@ -80,28 +81,29 @@ def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float, 
 
 
 def per_session_outcomes(frames: Frames) -> pl.DataFrame:
-    """``level_outcomes`` of each session, with a ``session_id`` column."""
+    """``outcomes`` of each session, with a ``session_id`` column."""
     ids = sorted(
         set(frames.requests["session_id"].to_list())
         | set(frames.compactions["session_id"].to_list())
         | set(frames.recoveries["session_id"].to_list())
     )
     parts = [
-        level_outcomes(Frames(*(f.filter(pl.col("session_id") == sid) for f in frames))).with_columns(
+        outcomes(Frames(*(f.filter(pl.col("session_id") == sid) for f in frames))).with_columns(
             pl.lit(sid).alias("session_id")
         )
         for sid in ids
     ]
     if not parts:
-        return level_outcomes(frames).with_columns(pl.lit("").alias("session_id")).head(0)
+        return outcomes(frames).with_columns(pl.lit("").alias("session_id")).head(0)
     return pl.concat(parts, how="vertical")
 
 
-def level_outcomes_across_sessions(frames: Frames) -> pl.DataFrame:
-    """Mean and 95% interval of each metric per level over sessions (schema ``INTERVALS_SCHEMA``)."""
+def outcomes_across_sessions(frames: Frames) -> pl.DataFrame:
+    """Mean and 95% interval of each metric per recovery level and compaction stage over sessions
+    (schema ``INTERVALS_SCHEMA``)."""
     per = per_session_outcomes(frames)
     rows = []
-    for (source, level), group in per.group_by("source", "level", maintain_order=True):
+    for (source, level, stage), group in per.group_by("source", "level", "stage", maintain_order=True):
         label = group["label"][0]
         fired = group["fired"].to_list()
         succeeded = group["succeeded"].to_list()
@@ -115,23 +117,23 @@ def level_outcomes_across_sessions(frames: Frames) -> pl.DataFrame:
                 mean, low, high = mean_interval(values)
                 low = max(0.0, low)  # every metric here is a count, size, time or price
             rows.append(
-                {"source": source, "level": level, "label": label, "metric": name, "sessions": group.height,
+                {"source": source, "level": level, "stage": stage, "label": label, "metric": name, "sessions": group.height,
                  "mean": mean, "low": low, "high": high}
             )  # fmt: skip
-    table = pl.DataFrame(rows, schema=INTERVALS_SCHEMA)
-    return table.sort("source", "level", descending=[True, False])
+    return _rows_in_order(pl.DataFrame(rows, schema=INTERVALS_SCHEMA))
 
 
-def level_intervals_chart(table: Frames | pl.DataFrame) -> alt.FacetChart:
-    """Mean per level (points) with 95% interval bars, one panel per metric; ``n`` in the tooltip."""
-    df = level_outcomes_across_sessions(table) if isinstance(table, Frames) else table
+def outcome_intervals_chart(table: Frames | pl.DataFrame) -> alt.FacetChart:
+    """Mean per recovery level and compaction stage (points) with 95% interval bars, one panel per
+    metric; ``n`` in the tooltip."""
+    df = outcomes_across_sessions(table) if isinstance(table, Frames) else table
     missing = [c for c in INTERVALS_SCHEMA.names() if c not in df.columns]
     if missing:
-        raise ValueError(f"level_intervals_chart needs columns {missing}; pass level_outcomes_across_sessions() output")
+        raise ValueError(f"outcome_intervals_chart needs columns {missing}; pass outcomes_across_sessions() output")
     data = alt.InlineData(values=df.drop_nans().to_dicts())
     x = alt.X("label:N", title=None, sort=None)
     tooltip = [
-        alt.Tooltip("label:N", title="level"),
+        alt.Tooltip("label:N", title="level or stage"),
         alt.Tooltip("metric:N"),
         alt.Tooltip("mean:Q", format=",.3g"),
         alt.Tooltip("low:Q", title="95% interval from", format=",.3g"),
@@ -150,5 +152,7 @@ def level_intervals_chart(table: Frames | pl.DataFrame) -> alt.FacetChart:
         .properties(width=170, height=150)
         .facet(facet=alt.Facet("metric:N", title=None, sort=list(METRICS.values())), columns=5)
         .resolve_scale(y="independent")
-        .properties(title=f"Recovery and compaction levels over up to {n_sessions} sessions: mean and 95% interval")
+        .properties(
+            title=f"Recovery levels and compaction stages over up to {n_sessions} sessions: mean and 95% interval"
+        )
     )

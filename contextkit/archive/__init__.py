@@ -1,4 +1,4 @@
-"""The archive: verbatim storage behind ``<<ccr:KEY>>`` markers, recall and recall_context (SPEC S3)."""
+"""The archive: verbatim storage behind ``<<ccr:KEY>>`` markers, recall and recall_context."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Recall for the model: the ``recall`` tool, the in-text ``@recall KEY`` form, and tool messages.
 
-Recall never raises for a bad or unknown key: the model gets an actionable text instead (SPEC S3.3).
-Recall output is flagged ``is_recall`` and ``preserve_verbatim`` so no later phase re-compresses or
-re-archives it (the source system's bug #1097).
+Recall never raises for a bad or unknown key: the model gets an actionable text instead (an exception
+would end the turn the model was trying to repair). Recall output is flagged ``is_recall`` and
+``preserve_verbatim`` so no later phase re-compresses or re-archives it (otherwise the next pass
+would stub the original the model just asked for, and it would recall it again, in a loop).
 """
 
 from __future__ import annotations

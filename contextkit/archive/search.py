@@ -1,4 +1,4 @@
-"""``recall_context``: a bounded, read-only context pack from the archive (SPEC S3.5).
+"""``recall_context``: a bounded, read-only context pack from the archive.
 
 Full-text search is SQLite FTS5 ranked by BM25. User text never reaches FTS syntax: it is split
 into words and each word becomes a quoted FTS term, OR-ed together (BM25 ranks documents matching

@@ -358,7 +358,7 @@ class Archive:
         return handle_tool_call(self, tool_call_id, name, arguments)
 
     def recall_context(self, query: str, max_items: int = 8, max_tokens: int = 1500) -> str:
-        """A bounded, read-only context pack for ``query`` (SPEC S3.5 text format)."""
+        """A bounded, read-only context pack for ``query`` (the text form of ``recall_context_result``)."""
         return self.recall_context_result(query, max_items, max_tokens).text
 
     def recall_context_result(self, query: str, max_items: int = 8, max_tokens: int = 1500) -> RecallContext:

@@ -2,7 +2,7 @@
 
 Starts the bundled simulator (small window, 128 KB WAF-style body cap), runs an agent that reads
 big files for about 30 turns, prints the story (microcompact, pre-flight, rejection, learned cap,
-ladder levels, summaries) to stderr as it happens and a final stats table to stdout, and leaves
+recovery levels, summaries) to stderr as it happens and a final stats table to stdout, and leaves
 the archive and the event log on disk.
 """
 
@@ -63,7 +63,7 @@ def run_demo(
                 say("the user pastes a 160 KB production log: bigger than the gateway allows")
                 log = workspace.tail_log(2_600).content
                 reply = session.send("Here is the full crash log from production, please keep it in mind:\n" + log)
-        say("manual compaction with an instruction (a Level-2 summary by the simulator's summarizer)")
+        say("manual compaction with an instruction (a summary by the simulator's summarizer)")
         session.compact("keep every file path, line number and command")
         reply = session.send("What is left to do?")
         session.save(out / "session.json")
@@ -83,7 +83,7 @@ def run_demo(
         "recoveries by level": dict(stats.recoveries_by_level),
         "failures by kind": dict(stats.failures_by_kind),
         "compactions": stats.compactions,
-        "level-3 falls": stats.level3_falls,
+        "compactions that truncated": stats.truncation_falls,
         "summaries (LLM calls)": stats.summary_calls,
         "archived entries": len(session.archive),
         "archived bytes": format_size(session.archive.total_bytes),

@@ -1,15 +1,16 @@
-"""The compaction pipeline (SPEC S4): phases in order, events, hooks, undo, back-off, counters.
+"""The compaction pipeline: its three stages in order, events, hooks, undo, back-off, counters.
 
 Compaction as data: every phase is a pure policy (``contextkit.policy``); the only network step, the
-Level 2 summary, is a ``SummaryRequest`` yielded by the sans-IO ``Compactor.flow`` generator. The
-drivers ``compact`` (sync) and ``acompact`` (async) answer it with a ``Summarizer``.
+summary, is a ``SummaryRequest`` yielded by the sans-IO ``Compactor.flow`` generator. The drivers
+``compact`` (sync) and ``acompact`` (async) answer it with a ``Summarizer``.
 
-Order: Level 1 trim (reasoning, repeated reads, microcompact, tool-result budgets) -> verbatim cap ->
-Level 2 summary (``summary_level``: quality gate, one changed retry, identifier ledger; after two
-unusable answers in a row an extractive summary and a pause of the model; back-off) -> Level 3
-truncation -> content shrink, stopping as soon as the history fits ``budget`` bytes (``manual`` always
-tries the summary). The caller's list is never mutated; the result is all-or-nothing, and a cancelled
-pass changes nothing (S4.13).
+Order: the trim stage (reasoning, repeated reads, microcompact, tool-result budgets, then the
+verbatim cap) -> the summary stage (``summary_phase``: quality gate, one changed retry, identifier
+ledger; after two unusable answers in a row an extractive summary and a pause of the model;
+back-off) -> the truncation stage (drop old messages, then content shrink), stopping as soon as the
+history fits ``budget`` bytes (``manual`` always tries the summary). The caller's list is never
+mutated; the result is all-or-nothing, and a cancelled pass changes nothing: the caller keeps the
+history it had, so an interrupted pass can never leave half a rewrite behind.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from contextkit.compaction.summarizer import Summarizer, SummaryRequest, SummaryResponse, SummaryTimeout
-from contextkit.compaction.summary_phase import SummaryLevel
+from contextkit.compaction.summary_phase import SummaryStage
 from contextkit.compaction.types import (
     CompactionInfo,
     CompactionResult,
@@ -31,7 +32,7 @@ from contextkit.compaction.types import (
     WorkbenchWriter,
     dropped,
 )
-from contextkit.events import CompactionEvent, EventLog, NoticeEvent
+from contextkit.events import CompactionEvent, EventLog, NoticeEvent, stage_rank
 from contextkit.markers import ArchiveSink
 from contextkit.messages import Message
 from contextkit.policy import budgets, shrink, trim, truncate
@@ -47,8 +48,8 @@ Flow = Generator[SummaryRequest, SummaryResponse | BaseException, CompactionResu
 _Steps = Generator[SummaryRequest, SummaryResponse | BaseException, None]
 
 
-class Compactor(SummaryLevel):
-    """Runs the S4 pipeline over a history; keeps undo snapshots, back-off state and counters."""
+class Compactor(SummaryStage):
+    """Runs the compaction pipeline over a history; keeps undo snapshots, back-off state and counters."""
 
     def __init__(
         self,
@@ -64,7 +65,7 @@ class Compactor(SummaryLevel):
         clock: Callable[[], float] = time.monotonic,
         turn: Callable[[], int] | None = None,
     ) -> None:
-        super().__init__()  # Level-2 state: back-off and the summarizer pause
+        super().__init__()  # the summary stage's state: back-off and the summarizer pause
         self.archive = archive
         self.limits = limits
         self.events = events
@@ -102,20 +103,20 @@ class Compactor(SummaryLevel):
         return self.turn() if self.turn is not None else 0
 
     # reporting ----------------------------------------------------------------------------------
-    def _emit(self, run: Pass, info: CompactionInfo, phase: str, status: str, outcome: str, level: int = 0,
+    def _emit(self, run: Pass, info: CompactionInfo, phase: str, status: str, outcome: str, stage: str = "",
               since: tuple[int, int, int] | None = None, **extra: Any) -> None:  # fmt: skip
         """One CompactionEvent; ``since`` = (messages, bytes, tokens) before the phase (default: the pass)."""
         m0, b0, t0 = since or (info.messages_before, info.bytes_before, info.tokens_before or 0)
         event = CompactionEvent(
-            session_id=self.session_id, turn=self._turn(), trigger=info.trigger, phase=phase, level=level, status=status,
+            session_id=self.session_id, turn=self._turn(), trigger=info.trigger, phase=phase, stage=stage, status=status,
             outcome=outcome, messages_before=m0, bytes_before=b0, tokens_before=t0,
             messages_after=len(run.history), bytes_after=run.bytes, tokens_after=run.tokens(), **extra,
         )  # fmt: skip
         run.events.append(event)
         if self.events is not None:
             self.events.append(event)
-        # Level-1 steps that changed nothing stay in the event log but not on the status line.
-        if self.status is not None and status and not (outcome == "skipped" and level == 1):
+        # Trim steps that changed nothing stay in the event log but not on the status line.
+        if self.status is not None and status and not (outcome == "skipped" and stage == "trim"):
             self.status(status)
 
     def _notice(self, code: str, text: str) -> None:
@@ -125,7 +126,8 @@ class Compactor(SummaryLevel):
             )
 
     def _flush(self, messages: Sequence[Message], info: CompactionInfo, phase: str) -> None:
-        """Hand the messages about to be rewritten to ``on_flush`` once each (S4.14); best effort."""
+        """Hand the messages about to be rewritten to ``on_flush`` once each; best effort (a failing sink is
+        reported as a notice and the compaction goes on: the archive already holds every original)."""
         fresh = [m for m in messages if hash(m) not in self._flushed]
         if self.on_flush is None or not fresh:
             return
@@ -188,30 +190,31 @@ class Compactor(SummaryLevel):
             f"Compacting history ({info.messages_before} msgs, {size0} -> target {format_size(budget)})",
             "running",
         )
-        self._level1(run, info)
+        self._trim_stage(run, info)
         if run.bytes <= budget and not force_summary:
-            if run.level:
-                self._emit(run, info, "trim", f"Trim was enough ({size0} -> {format_size(run.bytes)})", "applied", 1)
+            if run.stage:
+                text = f"Trim was enough ({size0} -> {format_size(run.bytes)})"
+                self._emit(run, info, "trim", text, "applied", "trim")
             else:
-                self._emit(run, info, "trim", f"Already within budget ({size0} <= {format_size(budget)})", "skipped", 1)
+                text = f"Already within budget ({size0} <= {format_size(budget)})"
+                self._emit(run, info, "trim", text, "skipped", "trim")
             return
         since = (len(run.history), run.bytes, run.tokens())
         new, report = shrink.cap_verbatim(run.history, budget=budget, measure=run.measure, archive=self.archive)
-        if run.take(new, report, 1):
-            self._emit(
-                run, info, "verbatim", report.describe(), "applied", 1, since, archived_keys=tuple(report.archived_keys)
-            )
+        if run.take(new, report, "trim"):
+            keys = tuple(report.archived_keys)
+            self._emit(run, info, "verbatim", report.describe(), "applied", "trim", since, archived_keys=keys)
         if run.bytes <= budget and not force_summary:
             return
         if use_summary:
-            yield from self._level2(run, info, instruction, window)
+            yield from self._summary_stage(run, info, instruction, window)
         # A manual summary follows the user's instruction; truncating on top of it to reach an
         # arbitrary target would cut what the instruction asked to keep.
-        if run.bytes > budget and not (force_summary and run.level >= 2):
-            self._level3(run, info)
+        if run.bytes > budget and not (force_summary and stage_rank(run.stage) >= stage_rank("summary")):
+            self._truncation_stage(run, info)
 
-    def _level1(self, run: Pass, info: CompactionInfo) -> None:
-        self._emit(run, info, "trim", "Trim: dropping reasoning/duplicates (no LLM)", "running", 1)
+    def _trim_stage(self, run: Pass, info: CompactionInfo) -> None:
+        self._emit(run, info, "trim", "Trim: dropping reasoning/duplicates (no LLM)", "running", "trim")
         archive, limits = self.archive, self.limits
         steps: list[tuple[str, Callable[[list[Message]], tuple[list[Message], Any]]]] = [
             ("trim", lambda h: trim.strip_reasoning(h, archive=archive)),
@@ -223,21 +226,20 @@ class Compactor(SummaryLevel):
         for phase, step in steps:
             since = (len(run.history), run.bytes, run.tokens())
             new, report = step(run.history)
-            outcome = "applied" if run.take(new, report, 1) else "skipped"
-            self._emit(
-                run, info, phase, report.describe(), outcome, 1, since, archived_keys=tuple(report.archived_keys)
-            )
+            outcome = "applied" if run.take(new, report, "trim") else "skipped"
+            keys = tuple(report.archived_keys)
+            self._emit(run, info, phase, report.describe(), outcome, "trim", since, archived_keys=keys)
 
-    def _level3(self, run: Pass, info: CompactionInfo) -> None:
+    def _truncation_stage(self, run: Pass, info: CompactionInfo) -> None:
         since = (len(run.history), run.bytes, run.tokens())
-        text = "Last resort (level 3): drop old messages, else cut the biggest - all archived first"
-        self._emit(run, info, "truncate", text, "running", 3)
+        text = "Last resort (truncation): drop old messages, else cut the biggest - all archived first"
+        self._emit(run, info, "truncate", text, "running", "truncation")
         new, report = truncate.emergency_truncate(
             run.history, keep=self.limits.emergency_keep_messages, archive=self.archive
         )
         if report.changed:
             self._flush(dropped(run.history, new), info, "truncate")
-        changed = run.take(new, report, 3)
+        changed = run.take(new, report, "truncation")
         text = (f"Truncated ({since[0]} -> {len(run.history)} msgs, {format_size(since[1])} -> {format_size(run.bytes)})"
                 if changed else report.describe())  # fmt: skip
         self._emit(
@@ -246,7 +248,7 @@ class Compactor(SummaryLevel):
             "truncate",
             text,
             "applied" if changed else "skipped",
-            3,
+            "truncation",
             since,
             archived_keys=tuple(report.archived_keys),
         )
@@ -256,40 +258,41 @@ class Compactor(SummaryLevel):
         new, shrunk = shrink.shrink_to_budget(
             run.history, budget=info.budget, measure=run.measure, archive=self.archive
         )
-        outcome = "applied" if run.take(new, shrunk, 3) else "skipped"
-        self._emit(run, info, "shrink", shrunk.describe(), outcome, 3, since, archived_keys=tuple(shrunk.archived_keys))
+        outcome = "applied" if run.take(new, shrunk, "truncation") else "skipped"
+        keys = tuple(shrunk.archived_keys)
+        self._emit(run, info, "shrink", shrunk.describe(), outcome, "truncation", since, archived_keys=keys)
 
     def _finish(
         self, run: Pass, before: list[Message], info: CompactionInfo, started: float, vetoed: bool = False
     ) -> CompactionResult:
-        # S4.10: a no-op is not a compaction - nor is an automatic pass that freed nothing (rewriting
+        # A no-op is not a compaction - nor is an automatic pass that freed nothing (rewriting
         # for nothing only deepens the marker chains and breaks the prompt cache)
         freed = run.bytes < info.bytes_before or info.trigger == "manual"
-        changed = run.level > 0 and run.history != before and freed
+        changed = bool(run.stage) and run.history != before and freed
         if not changed:
-            run.history, run.bytes, run.level = list(before), info.bytes_before, 0
+            run.history, run.bytes, run.stage = list(before), info.bytes_before, ""
         else:
             self.undo_stack.append(before)
             self.undo_results.append(list(run.history))
             del self.undo_stack[:-UNDO_DEPTH]
             del self.undo_results[:-UNDO_DEPTH]
             self.stats.compactions += 1
-            self.stats.level3_falls += run.level >= 3
+            self.stats.truncation_falls += run.stage == "truncation"
         outcome = "applied" if changed else "skipped"
         fits = run.bytes <= info.budget
         keys = tuple(dict.fromkeys(run.keys))
         detail = "vetoed by pre_compact" if vetoed else ("" if fits else "still over budget")
         if not vetoed:
             size = f"{len(before)} -> {len(run.history)} msgs, {format_size(info.bytes_before)} -> {format_size(run.bytes)}"
-            text = f"Compaction done (level {run.level}, {size})" if changed else f"Nothing compacted ({size})"
-            self._emit(run, info, "done", text, outcome, run.level, identifier_retention=run.retention,
+            text = f"Compaction done ({run.stage} stage, {size})" if changed else f"Nothing compacted ({size})"
+            self._emit(run, info, "done", text, outcome, run.stage, identifier_retention=run.retention,
                        prose_retention=run.prose_retention, summary_source=run.summary_source,
                        archived_keys=keys, detail=detail, **run.usage())  # fmt: skip
         tokens_after = run.tokens() if run.token_measure else None
-        self._post(replace(info, outcome=outcome, level=run.level, phase="done", messages_after=len(run.history),
+        self._post(replace(info, outcome=outcome, stage=run.stage, phase="done", messages_after=len(run.history),
                            bytes_after=run.bytes, tokens_after=tokens_after))  # fmt: skip
         return CompactionResult(
-            history=list(run.history), changed=changed, level=run.level, outcome=outcome, trigger=info.trigger,
+            history=list(run.history), changed=changed, stage=run.stage, outcome=outcome, trigger=info.trigger,
             messages_before=len(before), messages_after=len(run.history), bytes_before=info.bytes_before,
             bytes_after=run.bytes, tokens_before=info.tokens_before, tokens_after=tokens_after, within_budget=fits,
             reports=tuple(run.reports), archived_keys=keys, summary_calls=run.calls,
@@ -314,7 +317,7 @@ class Compactor(SummaryLevel):
     def compact(self, history: Sequence[Message], *, summarizer: Summarizer | None, trigger: str = "auto", budget: int,
                 measure: Measure, instruction: str | None = None, summarizer_window: int | None = None,
                 token_measure: Measure | None = None) -> CompactionResult:  # fmt: skip
-        """Run one pass, answering summary requests with ``summarizer`` (None: no Level 2)."""
+        """Run one pass, answering summary requests with ``summarizer`` (None: no summary stage)."""
         gen = self._start(history, summarizer, summarizer_window, trigger=trigger, budget=budget, measure=measure,
                           instruction=instruction, token_measure=token_measure)  # fmt: skip
         try:

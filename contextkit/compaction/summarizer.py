@@ -1,4 +1,4 @@
-"""The Level 2 summarizer behind a small protocol.
+"""The summarizer of the summary stage, behind a small protocol.
 
 The compactor never calls a network library: its flow yields a ``SummaryRequest`` and receives a
 ``SummaryResponse`` (or the exception the call raised). ``LiteLLMSummarizer`` answers requests
@@ -93,7 +93,8 @@ class LiteLLMSummarizer:
     """Summarize through litellm (``contextkit.backend``); ``model`` is used unless the request names one.
 
     ``litellm_kwargs`` go to every call (``api_base``, ``api_key``, ``temperature`` ...). The
-    summarizer has its own generous timeout (600 s by default; S4.4).
+    summarizer has its own generous timeout (600 s by default): a small local model can take
+    minutes to read a long segment, and a summary abandoned half-way is paid for and lost.
     """
 
     def __init__(self, model: str, *, timeout: float = 600.0, **litellm_kwargs: Any) -> None:

@@ -1,10 +1,11 @@
-"""Level 2 of the compaction pipeline (SPEC S4.4-S4.6): the summary, mixed into ``Compactor``.
+"""The summary stage of the compaction pipeline, mixed into ``Compactor``.
 
 A summary is the summarizer model's prose merged with the identifier ledger of the segment
 (``policy.ledger``), or, when the model's answers are unusable, an extractive summary made without it.
-The state that outlives a pass lives here: the back-off after a paid summary that did not fit (S4.6)
-and the summarizer pause after two discarded answers in a row (2, 4, 8 .. 16 passes; an accepted
-summary resets it). A retry after a rejection changes the prompt's emphasis and the temperature: it
+The state that outlives a pass lives here: the back-off after a paid summary that did not bring the
+history under its budget (the next passes would pay for another summary that frees too little, so
+they go straight to truncation) and the summarizer pause after two discarded answers in a row (2, 4,
+8 .. 16 passes; an accepted summary resets it). A retry after a rejection changes the prompt's emphasis and the temperature: it
 is never the identical request.
 """
 
@@ -25,7 +26,7 @@ from contextkit.settings import Limits
 from contextkit.sizing import format_size
 
 BACKOFF_RUNS = 2
-MODEL_PAUSE_START = 2  # Level-2 passes without model calls after two unusable summaries in a row
+MODEL_PAUSE_START = 2  # summary stages without model calls after two unusable summaries in a row
 MODEL_PAUSE_MAX = 16  # the pause doubles while the model keeps failing, up to this
 SUMMARY_TEMPERATURES = (0.0, 0.4)  # first attempt, retry: a retry is never the identical request
 SUMMARY_OVERHEAD = 400  # header and recall note around the summary text
@@ -34,31 +35,31 @@ PROSE_RESERVE = 1_500  # room kept for the model's prose (or the extractive line
 _Steps = Generator[SummaryRequest, SummaryResponse | BaseException, None]
 
 
-class SummaryLevel:
-    """Level-2 steps and state of a ``Compactor`` (its archive, limits, counters and event emitter)."""
+class SummaryStage:
+    """The summary stage's steps and state of a ``Compactor`` (its archive, limits, counters and event emitter)."""
 
     archive: ArchiveSink
     limits: Limits
     stats: CompactionStats
 
     def __init__(self) -> None:
-        self.backoff = 0  # S4.6: passes left that skip Level 2
+        self.backoff = 0  # passes left that skip the summary stage (a paid summary did not fit the budget)
         self.discarded_in_row = 0  # summarizer answers discarded in a row (rejected or failed), across passes
-        self.model_pause = 0  # Level-2 passes left that use the extractive summary without calling the model
+        self.model_pause = 0  # summary stages left that use the extractive summary without calling the model
         self.next_pause = MODEL_PAUSE_START
 
     if TYPE_CHECKING:  # provided by Compactor
 
-        def _emit(self, run: Pass, info: CompactionInfo, phase: str, status: str, outcome: str, level: int = 0,
+        def _emit(self, run: Pass, info: CompactionInfo, phase: str, status: str, outcome: str, stage: str = "",
                   since: tuple[int, int, int] | None = None, **extra: Any) -> None: ...  # fmt: skip
 
         def _flush(self, messages: Sequence[Message], info: CompactionInfo, phase: str) -> None: ...
 
-    def _level2(self, run: Pass, info: CompactionInfo, instruction: str | None, window: int | None) -> _Steps:
+    def _summary_stage(self, run: Pass, info: CompactionInfo, instruction: str | None, window: int | None) -> _Steps:
         if self.backoff > 0 and info.trigger != "manual":
             self.backoff -= 1
             text = f"Summary skipped: the last summary did not fit the budget (back-off, {self.backoff} more)"
-            self._emit(run, info, "summarize", text, "skipped", 2, detail="backoff")
+            self._emit(run, info, "summarize", text, "skipped", "summary", detail="backoff")
             return
         plan = s2.plan_segment(run.history, min_keep_recent=self.limits.min_keep_recent)
         if plan is None and info.trigger == "manual" and run.bytes > info.budget:
@@ -70,13 +71,13 @@ class SummaryLevel:
                 "summarize",
                 "Summary skipped: fewer than 4 older messages to summarize",
                 "skipped",
-                2,
+                "summary",
                 detail="too_small",
             )
             return
         since = (len(run.history), run.bytes, run.tokens())
         transcript = s2.segment_transcript(plan)
-        # run.keys: the stubs Level 1 of this pass just made; their originals still count as the segment's
+        # run.keys: the stubs the trim stage of this pass just made; their originals still count as the segment's
         ledger = s2.segment_ledger(
             plan, self.archive, new_keys=set(run.keys), ceiling=self._ledger_ceiling(run, info, plan)
         )
@@ -86,10 +87,11 @@ class SummaryLevel:
         if self.model_pause > 0 and info.trigger != "manual":
             self.model_pause -= 1
             self._emit(run, info, "summarize", f"Summarizer paused after {self.discarded_in_row} unusable summaries "
-                       f"in a row ({self.model_pause} more passes) - extractive summary", "running", 2,
+                       f"in a row ({self.model_pause} more passes) - extractive summary", "running", "summary",
                        detail="model_paused")  # fmt: skip
         else:
-            self._emit(run, info, "summarize", "Summarizing old messages via LLM (may take 30-90 s)", "running", 2)
+            text = "Summarizing old messages via LLM (may take 30-90 s)"
+            self._emit(run, info, "summarize", text, "running", "summary")
             # the prose must fit beside the full ledger and keep the summary smaller than the segment
             room = len(transcript) - len(ledger.merged("")) - SUMMARY_OVERHEAD
             prose, trimmed = yield from self._ask_model(run, info, plan, ledger.facts, room, instruction, window)
@@ -101,7 +103,7 @@ class SummaryLevel:
             text, source = ledger.merged(prose), "model"
         if len(text) >= len(transcript):  # only a tiny segment: a summary would not be smaller
             self._emit(run, info, "summarize", "Summary skipped: it would not be smaller than the messages it replaces",
-                       "skipped", 2, detail="not_smaller", **run.usage())  # fmt: skip
+                       "skipped", "summary", detail="not_smaller", **run.usage())  # fmt: skip
             return
         key = self.archive.put(
             transcript, kind="segment", origin={"phase": "summary", "messages": plan.count}, allow_markers=True
@@ -112,12 +114,12 @@ class SummaryLevel:
         run.retention = ids.retention(wanted, text)
         run.prose_retention = ids.retention(wanted, prose) if prose is not None else None
         run.summary_source = source
-        run.take(new, Applied(f"summary ({source}): {plan.count} messages -> 1", (key,) if key else ()), 2)
+        run.take(new, Applied(f"summary ({source}): {plan.count} messages -> 1", (key,) if key else ()), "summary")
         if source == "extractive":
             self.stats.extractive_summaries += 1
         fits = run.bytes <= info.budget
         if source == "model":
-            self.backoff = 0 if fits else BACKOFF_RUNS  # S4.6: a paid summary that did not fit
+            self.backoff = 0 if fits else BACKOFF_RUNS  # a paid summary that did not fit: skip the next passes
         label = "Summary applied" if source == "model" else "Extractive summary applied"
         text = (f"{label} ({since[0]} -> {len(run.history)} msgs, "
                 f"{format_size(since[1])} -> {format_size(run.bytes)})")  # fmt: skip
@@ -126,7 +128,7 @@ class SummaryLevel:
             detail += f"; {trimmed}"
         if aged:  # the ledger reached its ceiling: the oldest identifiers stay in the archived segment
             detail += f"; {aged} older identifiers aged out (listed in the archived segment)"
-        self._emit(run, info, "summarize", text, "applied", 2, since, identifier_retention=run.retention,
+        self._emit(run, info, "summarize", text, "applied", "summary", since, identifier_retention=run.retention,
                    prose_retention=run.prose_retention, summary_source=source,
                    archived_keys=(key,) if key else (), detail=detail, **run.usage())  # fmt: skip
 
@@ -185,14 +187,14 @@ class SummaryLevel:
                 break
             emphasis = s2.retry_emphasis(reason, max_chars=room, floor=gate.prose_floor(len(segment_text)))
             text = f"Summary rejected ({reason}) - retrying once with new emphasis and temperature {SUMMARY_TEMPERATURES[1]}"
-            self._emit(run, info, "summarize", text, "rejected", 2, detail=reason, **run.usage())
+            self._emit(run, info, "summarize", text, "rejected", "summary", detail=reason, **run.usage())
         pause = ""
         if self.discarded_in_row >= 2:
             self.model_pause, self.next_pause = self.next_pause, min(self.next_pause * 2, MODEL_PAUSE_MAX)
             self.stats.model_pauses += 1
             pause = f"; summarizer paused for {self.model_pause} passes"
         text = f"Summarization failed ({reason}) - extractive summary instead{pause}"
-        self._emit(run, info, "summarize", text, "failed", 2, detail=reason, **run.usage())
+        self._emit(run, info, "summarize", text, "failed", "summary", detail=reason, **run.usage())
         return None, ""
 
     def _count(self, run: Pass, reply: SummaryResponse) -> None:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from contextkit.events import CompactionEvent
+from contextkit.events import CompactionEvent, stage_rank
 from contextkit.messages import Message
 
 Measure = Callable[[Sequence[Message]], int]
@@ -20,7 +20,7 @@ Measure = Callable[[Sequence[Message]], int]
 
 @dataclass(frozen=True)
 class CompactionInfo:
-    """What hooks and the flush sink are told about a pass (S4.11)."""
+    """What the ``pre_compact`` / ``post_compact`` hooks and the flush sink are told about a pass."""
 
     trigger: str
     session_id: str
@@ -31,7 +31,7 @@ class CompactionInfo:
     messages_after: int | None = None
     bytes_after: int | None = None
     tokens_after: int | None = None
-    level: int = 0
+    stage: str = ""  # the last stage that changed the history: trim | summary | truncation ("" while none)
     outcome: str = "running"  # running | applied | skipped | cancelled
     phase: str = "start"
     instruction: str | None = None
@@ -39,14 +39,14 @@ class CompactionInfo:
 
 @dataclass
 class CompactionStats:
-    """S4.15 counters, persisted with the session (``to_dict`` / ``from_dict``)."""
+    """The compactor's counters, persisted with the session (``to_dict`` / ``from_dict``)."""
 
     compactions: int = 0
-    level3_falls: int = 0
+    truncation_falls: int = 0  # applied compactions that needed the truncation stage (the last resort)
     summary_calls: int = 0
     summary_rejections: int = 0  # answers the quality gate discarded
     summary_failures: int = 0  # calls that raised (timeout, provider error)
-    extractive_summaries: int = 0  # Level-2 summaries made without the model
+    extractive_summaries: int = 0  # summaries made without the model (the summary stage's fallback)
     model_pauses: int = 0  # times the summarizer was paused after two unusable answers in a row
     summaries_trimmed: int = 0  # accepted answers the gate cut clauses naming invented facts from
     prose_chars_received: int = 0  # characters of every summarizer answer (kept or not)
@@ -60,8 +60,17 @@ class CompactionStats:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CompactionStats:
+        """Counters from ``to_dict`` output; a session saved before the stages had names says ``level3_falls``."""
         names = {f.name for f in fields(cls)}
+        data = renamed_stats(data)
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def renamed_stats(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with counter names of older saved sessions replaced by today's (``level3_falls`` -> ``truncation_falls``)."""
+    if "level3_falls" in data and "truncation_falls" not in data:
+        data = {k: v for k, v in data.items() if k != "level3_falls"} | {"truncation_falls": data["level3_falls"]}
+    return data
 
 
 @dataclass(frozen=True)
@@ -70,7 +79,7 @@ class CompactionResult:
 
     history: list[Message]
     changed: bool
-    level: int  # highest level that changed something (0 = nothing)
+    stage: str  # the last stage that changed something: trim | summary | truncation ("" = nothing)
     outcome: str  # applied | skipped
     trigger: str
     messages_before: int
@@ -99,7 +108,7 @@ class Pass:
         self.measure = measure
         self.token_measure = token_measure
         self.bytes = measure(history)
-        self.level = 0
+        self.stage = ""  # the last stage that changed the history
         self.reports: list[str] = []
         self.keys: list[str] = []
         self.events: list[CompactionEvent] = []
@@ -114,13 +123,13 @@ class Pass:
     def tokens(self, history: Sequence[Message] | None = None) -> int:
         return self.token_measure(self.history if history is None else history) if self.token_measure else 0
 
-    def take(self, new: list[Message], report: Any, level: int) -> bool:
-        """Adopt ``new`` when the report says something changed."""
+    def take(self, new: list[Message], report: Any, stage: str) -> bool:
+        """Adopt ``new`` when the report says something changed (made by a step of ``stage``)."""
         changed = bool(getattr(report, "changed", new != self.history))
         if changed:
             self.history = new
             self.bytes = self.measure(new)
-            self.level = max(self.level, level)
+            self.stage = max(self.stage, stage, key=stage_rank)
             self.reports.append(report.describe())
             self.keys.extend(getattr(report, "archived_keys", ()))
         return changed
@@ -160,7 +169,7 @@ def dropped(before: Sequence[Message], after: Sequence[Message]) -> list[Message
 
 
 class WorkbenchWriter:
-    """Default ``on_flush`` sink (S4.14): one markdown section per flush, appended to one file per session.
+    """Default ``on_flush`` sink: one markdown section per flush, appended to one file per session.
 
     Written by the harness, not the model: the messages about to be summarized or dropped, verbatim.
     """

@@ -9,16 +9,17 @@
 * ``StreamNote``     → (streamed turns only) a streaming driver tells its reader; sends ``None``
 
 ``Session`` drives it synchronously, asynchronously and while streaming, so recovery behaves the
-same in every loop (S6.5). Order per request (research §9.10): turn-boundary rewrites
-(tool-result budgets on arrival, the oversize rule, then microcompact and read dedup only under
-pressure - issue 14) → pre-flight / auto compaction → pairing repair → the outgoing copy (the
-history itself) with its cache breakpoints → the known-limit check (a request at or above a size the
+same in every loop (one-shot, tool loop, streaming, async). Order per request, each step seeing the
+result of the one before: turn-boundary rewrites (tool-result budgets on arrival, the oversize
+rule, then microcompact and read dedup only under pressure, so the prompt cache survives below
+it) → pre-flight / auto compaction → pairing repair → the outgoing copy (the history itself) with
+its cache breakpoints → the known-limit check (a request at or above a size the
 endpoint rejected, or above the cap, is never sent: the ladder climbs instead) → request → on
 failure: classify → judge it on the evidence (``contextkit.limits.evidence``): retry, recover (learn the
-limit, floor diagnostic, ladder level, one-time payload notice) or fail; on ``length``: escalate
+limit, floor diagnostic, recovery level, one-time payload notice) or fail; on ``length``: escalate
 ``max_tokens`` and continue.
 
-Its parts: ``answer`` (a round's text across continuations), ``model_request`` (one request:
+Its parts: ``answer`` (a round's text across continuations), ``request`` (one request:
 counted, classified, recorded as a ``RequestEvent``), ``tool_round`` (the calls and their results).
 
 A turn is a transaction: when anything escapes it (a failure, ``RecoveryFailedError``,

@@ -1,7 +1,7 @@
 """Recall inside the turn flow: the ``recall`` tool, ``@recall`` in the user's text and in the model's reply.
 
 Whatever the form, one recall result is at most a quarter of the session's current byte budget (the
-share preserve-verbatim content may take, S4.9): a longer original arrives as its first page with a
+share preserve-verbatim content may take): a longer original arrives as its first page with a
 line telling the model how to get the next one, so it reaches the model instead of being stubbed
 again by the verbatim cap (``contextkit.archive.paging``).
 

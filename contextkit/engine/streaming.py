@@ -1,8 +1,9 @@
 """Streamed turns: the turn flow driven while the provider's text reaches the reader as it arrives.
 
 ``ReplyStream`` (``Session.stream``) and ``AsyncReplyStream`` (``Session.astream``) are the
-streaming drivers of the one turn flow (S6.5): pre-flight, compaction, the recovery ladder,
-``max_tokens`` escalation and the stats and events are those of ``send``. Each streamed model call
+streaming drivers of the one turn flow, so a streamed turn recovers as ``send`` does: pre-flight,
+compaction, the recovery ladder, ``max_tokens`` escalation and the stats and events are those of
+``send``. Each streamed model call
 is a generator (``EffectRunner.stream_model`` / ``astream_model``) whose deltas are handed to the
 reader before the outcome goes back into the flow.
 

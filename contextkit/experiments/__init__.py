@@ -1,4 +1,4 @@
-"""Strategy experiments (S9.3): seeded agent workloads on the simulator, run side by side.
+"""Strategy experiments: seeded agent workloads on the simulator, run side by side.
 
     from contextkit.experiments import GatewaySpec, run_sweep, save_results
     df = run_sweep(["contextkit", "none", "sliding-window"], [GatewaySpec()], seeds=range(5), turns=40)

@@ -1,4 +1,4 @@
-"""The peer arena (issue 16): a grid of cells where each limit binds, its summary table and verdicts.
+"""The peer arena: a grid of cells where each limit binds, its summary table and verdicts.
 
 A *cell* is one gateway + window: gateway cap none / 128 KB / 1 MB, rejected as a JSON 413, a
 Cloudflare-style 403 page or a dropped connection, in front of a 32k or a 200k-token window. The

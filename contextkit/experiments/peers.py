@@ -1,5 +1,5 @@
 """Peers: other context-management libraries, driven as their users drive them, on the same
-simulator, workloads and seeds as contextkit (issue 16).
+simulator, workloads and seeds as contextkit.
 
 * ``langchain-summarization`` — LangChain v1 ``create_agent`` with ``SummarizationMiddleware`` in its
   documented fractional form (``trigger=("fraction", 0.8)``, ``keep=("fraction", 0.3)``), the model a

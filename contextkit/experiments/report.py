@@ -115,15 +115,15 @@ def _first_run(frames: Any, results: pl.DataFrame, strategy: str) -> Any:
 def build_report(
     results: pl.DataFrame, events: Sequence[dict[str, Any]], *, title: str = "contextkit experiment"
 ) -> str:
-    """A self-contained HTML page: summary table, strategy chart, per-level outcomes of the
-    contextkit runs (means over runs with 95% intervals), and request size / prefix reuse of one
-    contextkit run and one baseline run."""
+    """A self-contained HTML page: summary table, strategy chart, outcomes per recovery level and
+    compaction stage of the contextkit runs (means over runs with 95% intervals), and request size /
+    prefix reuse of one contextkit run and one baseline run."""
     from contextkit.analysis import (
         chart_svg,
         frames,
         history_vs_cap_chart,
-        level_intervals_chart,
-        level_outcomes,
+        outcome_intervals_chart,
+        outcomes,
         prefix_reuse_chart,
         retention_chart,
     )
@@ -134,16 +134,16 @@ def build_report(
     from contextkit.analysis import Frames
 
     ck = Frames(*(f.filter(pl.col("session_id").is_in(ck_ids)) for f in all_frames))
-    levels = level_outcomes(ck)
+    ck_outcomes = outcomes(ck)
     parts = [
         f"<h1>{html.escape(title)}</h1>",
         f"<p>{results.height} runs, generated {html.escape(time.strftime('%Y-%m-%d %H:%M:%S'))}.</p>",
         "<h2>Summary per strategy</h2>",
         _table_html(summary),
         chart_svg(strategy_chart(summary)),
-        "<h2>Recovery and compaction levels (contextkit runs)</h2>",
-        _table_html(levels),
-        chart_svg(level_intervals_chart(ck)),  # per session, means with 95% intervals over the runs
+        "<h2>Recovery levels and compaction stages (contextkit runs)</h2>",
+        _table_html(ck_outcomes),
+        chart_svg(outcome_intervals_chart(ck)),  # per session, means with 95% intervals over the runs
         chart_svg(retention_chart(ck)),
     ]
     for strategy in ("contextkit", "none", "sliding-window"):

@@ -1,10 +1,10 @@
-"""Context-management strategies compared by the experiment runner (S9.3).
+"""Context-management strategies compared by the experiment runner.
 
 * ``contextkit`` — the full pipeline: a ``Session`` told the gateway cap and the window.
 * ``contextkit-no-microcompact`` — the same with microcompact effectively disabled.
 * ``contextkit-learned-cap`` — the full pipeline with no cap configured: it learns the cap from
   the first rejection.
-* ``contextkit-always-on`` — the full pipeline as it was before issue 14: microcompact and read
+* ``contextkit-always-on`` — the full pipeline as it was before pressure gating: microcompact and read
   dedup rewrite old tool results on every request (``Limits(pressure_trigger=0)``), whatever the
   pressure, so the provider's prompt cache breaks at nearly every request; no cache breakpoints;
   an output over the per-result budget enters as the fixed 5,000-char preview

@@ -1,4 +1,4 @@
-"""The experiment workload: seeded synthetic agent sessions with big tool outputs (S7, S9.3).
+"""The experiment workload: seeded synthetic agent sessions with big tool outputs.
 
 A session of ``turns`` turns follows ``contextkit.sim.agent_steps(seed, turns)``: each turn is a
 user message that makes the simulator's scripted model call one tool (a whole-file read, grep

@@ -1,11 +1,11 @@
-"""Classify provider and gateway failures into one small set of kinds (SPEC S2).
+"""Classify provider and gateway failures into one small set of kinds.
 
 ``classify_failure(error, *, status=None, history_bytes=None, request_bytes=None) -> Failure``
 takes a litellm / openai / httpx / builtin exception, an error text (optionally with the HTTP
 ``status`` it came with) or a ``(status, body_text)`` pair. It never imports litellm: exception types are recognised by the class
 names in their MRO, so the module stays pure, fast and importable without the network stack.
 
-Evidence gathered first by ``error_reading.gather_evidence`` (over the exception, its ``__cause__`` / ``__context__`` chain and
+Evidence gathered first by ``failures.reading.gather_evidence`` (over the exception, its ``__cause__`` / ``__context__`` chain and
 litellm's ``original_exception``): every text (``str(e)``, ``message``, ``body``,
 ``response.text``), the HTTP status (``status=`` wins, then ``status_code`` /
 ``response.status_code`` of the outermost exception that has one, then a status *written as a
@@ -51,7 +51,7 @@ Precedence (first rule that matches wins):
 For an overflow, ``Failure.window_tokens`` is the window the provider names, when it names one
 (``window_from_message``: OpenAI, vLLM, llama.cpp, TGI, Anthropic, Gemini ... wordings).
 
-Fixed quirks of the source system (research doc §3): the generic "too long" phrase is gone
+Two quirks of earlier classifiers are fixed here: the generic "too long" phrase is gone
 ("file name too long" is not an overflow), and "413" / "431" / "403" count only as a real status
 or a status written as one - never digits inside a request id or a token count.
 """

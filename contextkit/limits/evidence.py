@@ -31,7 +31,9 @@ from contextkit.sizing import format_size
 
 # A rejection below this share of the largest body the endpoint accepted contradicts a size limit.
 STRAY_BELOW = 0.9
-LEARNED_CAP_SHARE = 0.75  # S5.3: a learned cap is 3/4 of the rejected size
+# A learned cap is 3/4 of the rejected size: far enough below the refused body that the next request
+# is likely to pass, close enough not to shrink the history for nothing.
+LEARNED_CAP_SHARE = 0.75
 WINDOW_SHARE = 0.75  # an overflow without a number: the window is below 3/4 of what overflowed
 
 
@@ -206,8 +208,9 @@ def _judge_drop(ev: EndpointEvidence, failure: Failure, sent_bytes: int, seen: i
 
 
 def learned_cap(rejected: int, *, floor: int, current: int | None) -> int | None:
-    """S5.3 with evidence: 3/4 of the rejected size, but never below the smallest request the session
-    can make when that still fits under the rejected size. None when the cap would not tighten."""
+    """3/4 of the rejected size (``LEARNED_CAP_SHARE``), but never below the smallest request the session
+    can make when that still fits under the rejected size. None when the cap would not tighten: a
+    learned cap only ever tightens, and an explicit smaller cap wins."""
     new = max(int(rejected * LEARNED_CAP_SHARE), min(floor, rejected - 1))
     return new if new > 0 and (current is None or new < current) else None
 

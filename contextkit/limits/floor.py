@@ -1,8 +1,8 @@
 """The floor: the smallest request a session can still send, and the error when even that is too big.
 
 The floor is computed with the very policies recovery uses - the newest user message as its
-smallest excerpt (``policy.oversize``), Level-3 nuclear truncation, then content shrink down to
-pointers - run against a dry archive that stores nothing. So the diagnostic agrees with what
+smallest excerpt (``policy.oversize``), the nuclear truncation of recovery level 3, then content
+shrink down to pointers - run against a dry archive that stores nothing. So the diagnostic agrees with what
 truncation can actually keep: when the floor fits a limit, compaction can get under it.
 """
 

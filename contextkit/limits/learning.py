@@ -1,7 +1,7 @@
-"""Changes of the limits a session works under, each an event carrying its evidence (issue 12).
+"""Changes of the limits a session works under, each an event carrying its evidence.
 
-* payload cap - learned from a size rejection (S5.3 with evidence), probed upwards after clean turns,
-  reset by ``Session.reset_limits``;
+* payload cap - learned from a size rejection (3/4 of the refused size, weighed against what the
+  endpoint accepted before), probed upwards after clean turns, reset by ``Session.reset_limits``;
 * context window - learned from an overflow (the provider's number, or 3/4 of the measured tokens
   once per episode), announced once when the model is unknown;
 * tool-result budgets - halved from the configured values for one recovery episode (so halving
@@ -108,7 +108,7 @@ def announce_window(ctx: FlowContext) -> None:
 
 
 def halve_budgets(ctx: FlowContext, evidence: str) -> None:
-    """Recovery Level 1: half the *configured* tool-result budgets, for this episode only."""
+    """Recovery level 1: half the *configured* tool-result budgets, for this episode only."""
     st = ctx.state
     lim = st.limits
     _set_budgets(ctx, max(1, lim.tool_result_turn_budget // 2), max(1, lim.tool_result_max_chars // 2), "episode",

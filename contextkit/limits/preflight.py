@@ -4,7 +4,7 @@ pre-flight and auto compaction, the outgoing copy and the known-limit check.
 No IO of its own: the archive is reached through its protocol and the compactor yields summary
 requests for the driver to run. Summary requests pass through ``run_compaction``, which feeds
 their outcomes to the session's evidence and never sends one at or above a known limit
-(``summary_evidence``).
+(``contextkit.limits.summary_guard``).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def byte_budget(ctx: FlowContext, m: Measure, ratio: float | None = None) -> int
 
 
 def turn_boundary(ctx: FlowContext) -> None:
-    """No-LLM rewrites of the persistent history, cache-aware (issue 14).
+    """No-LLM rewrites of the persistent history, cache-aware.
 
     Tool-result budgets cap a result when it arrives, before it is ever sent (the budgets are
     idempotent, so results already sent are not touched again). The oversize rule comes next, so
@@ -117,11 +117,11 @@ def _turn_rewrite(
     keys: Sequence[str],
     detail: str = "",
 ) -> Measure:
-    """A level-1 rewrite made at a turn boundary, as a ``CompactionEvent`` (trigger ``turn``), so the
-    per-level analyses and the timeline see it next to the compactions."""
+    """A trim-stage rewrite made at a turn boundary, as a ``CompactionEvent`` (trigger ``turn``), so the
+    per-stage analyses and the timeline see it next to the compactions."""
     after = measure(ctx, history)
     event = CompactionEvent(
-        session_id=ctx.state.session_id, turn=ctx.state.turn, trigger="turn", phase=phase, level=1,
+        session_id=ctx.state.session_id, turn=ctx.state.turn, trigger="turn", phase=phase, stage="trim",
         status=status, outcome="applied", messages_before=before.messages, messages_after=after.messages,
         bytes_before=before.bytes, bytes_after=after.bytes, tokens_before=before.tokens,
         tokens_after=after.tokens, archived_keys=tuple(keys), detail=detail,
@@ -206,7 +206,8 @@ def fit_newest_message(ctx: FlowContext) -> None:
 
 
 def compact_if_needed(ctx: FlowContext, *, trigger: str = "auto") -> Flow:
-    """The oversize rule, pre-flight (S5.2) and automatic compaction when over budget."""
+    """The oversize rule, pre-flight (with a payload cap, compact once the request passes
+    ``Limits.preflight_ratio`` of it) and automatic compaction when over budget."""
     st = ctx.state
     announce_window(ctx)
     fit_newest_message(ctx)

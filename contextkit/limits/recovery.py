@@ -1,4 +1,4 @@
-"""Recovery after a failure the evidence says is about size (S5): learn the limit, check the floor,
+"""Recovery after a failure the evidence says is about size: learn the limit, check the floor,
 climb one rung of the 3-level ladder, add the one-time payload notice. Changes only the session's
 own state; a failure that is not about size never reaches this module."""
 
@@ -44,7 +44,8 @@ def record_recovery(
     kind: str = "",
     reason: str = "",
 ) -> None:
-    """Append one ``RecoveryEvent`` (S5.7): kind, level, sizes before/after, outcome."""
+    """Append one ``RecoveryEvent``: kind, level, sizes before/after, outcome (what the per-level
+    analyses read)."""
     st = ctx.state
     ctx.events.append(
         RecoveryEvent(
@@ -67,8 +68,9 @@ def record_recovery(
 
 
 def check_floor(ctx: FlowContext, failure: Failure, sent: Measure) -> int:
-    """S5.4: fail fast when the smallest request recovery can make is as big as the rejected one;
-    returns that floor in bytes."""
+    """Fail fast when the smallest request recovery can make is as big as the rejected one (no rung
+    could get it through, so climbing would only burn attempts on the same payload); returns that
+    floor in bytes."""
     rejected = failure.rejected_bytes or sent.bytes
     floor = floor_measure(ctx)
     if floor.bytes >= rejected:
@@ -125,7 +127,13 @@ def learn(ctx: FlowContext, verdict: Verdict, sent: Measure, episode: Episode) -
 
 
 def apply_level(ctx: FlowContext, level: int) -> tuple[str, ...]:
-    """S5.1: one rung of the ladder on the persistent history; returns the archive keys created."""
+    """One rung of the ladder on the persistent history; returns the archive keys created.
+
+    Level 1 repairs tool pairing, halves the tool-result budgets for this episode and caps long
+    assistant messages; level 2 keeps the system prompt and the last ``emergency_keep_messages``;
+    level 3 keeps the last ``nuclear_keep_messages``, each capped at ``nuclear_message_cap``.
+    Everything removed is archived first.
+    """
     st = ctx.state
     lim = st.limits
     report: Any
@@ -149,8 +157,9 @@ def apply_level(ctx: FlowContext, level: int) -> tuple[str, ...]:
 
 
 def add_payload_notice(ctx: FlowContext) -> None:
-    """S5.5: once per session, just before the latest user message; advice about file reads only
-    when the session has tools that read."""
+    """The notice asking the model to keep requests small: once per session (a second copy would only
+    grow the request it is meant to shrink), just before the latest user message; advice about file
+    reads only when the session has tools that read."""
     st = ctx.state
     if st.has_payload_notice():
         return

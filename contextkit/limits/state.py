@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from contextkit.compaction.types import renamed_stats
 from contextkit.limits.evidence import EvidenceBook
 from contextkit.messages import Message
 from contextkit.settings import Limits
@@ -35,13 +36,13 @@ INTERRUPTED = (
 
 @dataclass
 class SessionStats:
-    """Counters persisted with the session (S4.15, S6)."""
+    """Counters persisted with the session (saved by ``Session.save``, restored by ``Session.load``)."""
 
     requests: int = 0
     failures_by_kind: dict[str, int] = field(default_factory=dict)
-    recoveries_by_level: dict[str, int] = field(default_factory=dict)
+    recoveries_by_level: dict[str, int] = field(default_factory=dict)  # recovery ladder level ("1".."3") -> count
     compactions: int = 0
-    level3_falls: int = 0
+    truncation_falls: int = 0  # compactions that needed the truncation stage (the last resort)
     summary_calls: int = 0
     summarizer_prompt_tokens: int = 0
     summarizer_completion_tokens: int = 0
@@ -53,7 +54,7 @@ class SessionStats:
     cost: float = 0.0
     cached_prompt_tokens: int = 0  # prompt tokens the provider served from its prompt cache
     cache_write_tokens: int = 0
-    cache_breaks: int = 0  # requests whose previous request body was not a prefix (S10.2)
+    cache_breaks: int = 0  # requests whose previous request body was not a prefix (the prompt cache was lost)
     retries: int = 0
     escalations: int = 0
     tool_calls: int = 0
@@ -69,7 +70,8 @@ class SessionStats:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionStats:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        """Counters from ``to_dict`` output; older saved sessions' ``level3_falls`` is read as ``truncation_falls``."""
+        known = {k: v for k, v in renamed_stats(data).items() if k in cls.__dataclass_fields__}
         return cls(**known)
 
     def count_failure(self, kind: str) -> None:

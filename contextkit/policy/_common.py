@@ -1,6 +1,7 @@
 """Shared helpers for the policies: cutting text at line boundaries, type detection, archiving.
 
-Archiving rule (S3.1, S3.4): before a policy shortens or removes content it calls
+Archiving rule (nothing is ever dropped without being archived first, and markers survive every
+later phase): before a policy shortens or removes content it calls
 ``archive_original``. Content that ends with a recall suffix is a stub *derived* from archived
 originals: its suffix keys are carried forward and nothing is archived again. Any other content is
 archived verbatim, with ``allow_markers=True`` when it quotes markers, so nothing is ever lost.
@@ -91,7 +92,7 @@ DOWNGRADE_PREFIX = "[recalled original - tool result {id}, kept verbatim through
 
 def tool_result_as_user(message: Message) -> Message:
     """A verbatim tool result re-attached after its call was summarized or dropped becomes a user
-    message (research §4.10.7), else pairing repair would delete it as an orphan."""
+    message, else pairing repair would delete it as an orphan."""
     if message.role != "tool" and not message.tool_call_id:
         return message
     prefix = DOWNGRADE_PREFIX.format(id=message.tool_call_id) if message.tool_call_id else ""
@@ -159,7 +160,7 @@ def count_lines(text: str) -> int:
 
 
 def detect_type(text: str) -> str:
-    """Content type for one-line stubs (first match, as the source): JSON, Go/Python/JS source, diff, git log, text."""
+    """Content type for one-line stubs (first match wins): JSON, Go/Python/JS source, diff, git log, text."""
     t = text.strip()
     if t.startswith(("{", "[")):
         return "JSON"

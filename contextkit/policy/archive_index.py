@@ -1,6 +1,6 @@
 """A flat index of the archived originals a summary or a truncation notice stands for.
 
-A summary (Level 2) or a truncation notice (Level 3) replaces messages that are often stubs already:
+A summary or a truncation notice replaces messages that are often stubs already:
 a tool result cleared to a one-liner, capped at arrival, or a recall result aged out, each citing
 its original by marker. Archiving the segment as one transcript and citing only the transcript
 nests those markers one level deeper at every pass (a notice of a notice of a summary of stubs...),

@@ -1,4 +1,4 @@
-"""Prompt-cache breakpoints for providers that cache only where told (Anthropic, Bedrock; issue 14).
+"""Prompt-cache breakpoints for providers that cache only where told (Anthropic, Bedrock).
 
 Anthropic caches a prompt prefix only up to a block marked ``cache_control`` and finds an earlier
 cached prefix only at a breakpoint or up to about 20 blocks before one. Three breakpoints (of the
@@ -7,7 +7,7 @@ four allowed) cover what contextkit's history does:
 1. the **last system message**: tools and system prompt, which no compaction ever touches, stay
    cached across every rewrite;
 2. the **anchor**: the last message before the oldest tool result a later no-LLM pass may still
-   rewrite (the "volatile tail"). Everything before it is final until a Level-2/3 compaction. It
+   rewrite (the "volatile tail"). Everything before it is final until a summary or a truncation. It
    moves only when a rewrite reaches the tail it guards (it is derived from the history itself);
    the request in which it moves also keeps a breakpoint on the *previous* anchor when that prefix
    is unchanged, so the rewrite still reads everything up to it, however far back it is (Anthropic

@@ -1,9 +1,9 @@
-"""Tool-result budgets (SPEC S4.3, research §4.11) and recovery Level 1 (SPEC S5.1).
+"""Tool-result budgets (per result and per turn) and recovery level 1.
 
 Results are grouped by the assistant message that called them. Pass 1 caps each result at
 ``per_result`` chars; pass 2 brings every group under ``turn_budget``, largest first. A capped result
-keeps head and tail around a banner and ends with the recall marker of the archived original (the
-source wrote files to disk; we archive). Stub bytes depend only on the content, so the same history
+keeps head and tail around a banner and ends with the recall marker of the archived original (in
+the archive, not in files on disk, so the model can recall it and nothing is left to clean up). Stub bytes depend only on the content, so the same history
 always yields the same request bytes (prompt cache stays warm).
 """
 
@@ -191,7 +191,7 @@ def aggressive_level1(
     per_result: int,
     assistant_cap: int = 5000,
 ) -> tuple[list[Message], Level1Report]:
-    """Recovery Level 1: repair pairing, enforce the (already halved) budgets, cap long assistant text."""
+    """Recovery level 1: repair pairing, enforce the (already halved) budgets, cap long assistant text."""
     repaired, pairing = repair_tool_pairing(history, archive=archive)
     budgeted, budgets = enforce_tool_result_budgets(
         repaired, archive=archive, turn_budget=turn_budget, per_result=per_result

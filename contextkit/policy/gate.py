@@ -1,6 +1,6 @@
-"""The quality gate of a Level-2 summary: what of a summarizer model's answer may replace the segment.
+"""The quality gate of a summary: what of a summarizer model's answer may replace the segment.
 
-Pure: text in, a verdict out (SPEC S4.5, issue 15).
+Pure: text in, a verdict out.
 
 ``screen_summary`` is the gate the compactor applies. It refuses an answer that is not notes at all
 (empty, a refusal, error text, nothing but ``<<ccr:KEY>>`` markers, a marker the archive does not

@@ -2,7 +2,7 @@
 
 A weak summarizer paraphrases ``/etc/billing/billing.conf`` into "the config file" and ``pytest -q
 tests/test_store.py`` into "ran the tests". The ledger is extracted deterministically from the
-summarized segment (regular expressions, no model) and appended to every Level-2 summary, so the
+summarized segment (regular expressions, no model) and appended to every summary, so the
 session keeps every path, URL, command, number with a unit, port, id or hash, error code and
 function or table name even when the prose is poor. The same extraction scores a summary
 (``retention``) and checks a model's prose for facts that are not in the segment (``ungrounded``).

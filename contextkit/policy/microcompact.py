@@ -1,11 +1,12 @@
-"""Microcompact (SPEC S4.2, research §4.8): age old tool results into previews, then one-liners.
+"""Microcompact: age old tool results into previews, then one-liners.
 
 Age is counted in assistant turns. A result of at least ``min_chars`` that is ``truncate_turns`` old
 becomes a head+tail preview; ``summarize_turns`` old it becomes a one-line stub. The original is
 archived first and every stub ends with its recall marker.
 
-Deviations from the source, on purpose (S13): a preview is recognised by its banner (not by its
-size), so it does become a one-liner once old enough, citing the original's key (no second archive)
+Chosen on purpose, against a design that recognises a preview by its size (a preview falls under the
+minimum size and would never age further): a preview is recognised by its banner, so it does become
+a one-liner once old enough, citing the original's key (no second archive)
 and describing the original; preserve_verbatim, recall output, summaries and synthetic results are
 never touched; the one-liner uses a bare ASCII hyphen.
 

@@ -1,4 +1,4 @@
-"""A newest message too big to send whole (issue 12): one rule whatever binds (a learned or
+"""A newest message too big to send whole: one rule whatever binds (a learned or
 configured payload cap, or the context window).
 
 The message is archived verbatim and replaced by a head + tail excerpt that opens with a notice: how

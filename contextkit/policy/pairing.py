@@ -1,4 +1,4 @@
-"""Tool-call / tool-result pairing (SPEC S1.5, research §4.2, §4.10.6).
+"""Tool-call / tool-result pairing: every call answered by exactly one result, every result answering a call.
 
 Pairing is positional and block-scoped: an assistant message with tool calls claims, for each call
 id, the first unclaimed tool message with that id before the next assistant message. That is what
@@ -154,7 +154,7 @@ def repair_tool_pairing(
 
 def find_orphans(history: Sequence[Message]) -> tuple[list[int], list[int]]:
     """``(orphan result indices, indices of assistant messages with an unanswered call)`` by the strict
-    adjacency rule of S1.5 (results form a run right after their assistant message)."""
+    adjacency rule providers enforce (results form a run right after their assistant message)."""
     orphan_results: list[int] = []
     unanswered: list[int] = []
     i, n = 0, len(history)

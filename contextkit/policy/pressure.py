@@ -1,4 +1,4 @@
-"""Pressure-gated, batched rewrites of old tool results (SPEC S4.1-S4.3 as amended; issue 14).
+"""Pressure-gated, batched rewrites of old tool results: read dedup and microcompact, cache-aware.
 
 Providers cache the longest prompt prefix they saw recently and bill it at a fraction of the input
 price (Anthropic: reads 0.1x, writes 1.25x; OpenAI: 0.1x-0.5x). Rewriting an early message throws
@@ -18,8 +18,8 @@ in one large step, so that one cache break buys many append-only requests:
   a cache break must be worth it. The history then stays as it is until the next request. Except
   when the request is at or above a hard limit (pressure >= 1): it cannot be sent as it is, the
   cache breaks anyway, and the cheapest rewrite is this one (no LLM) - whatever it frees.
-* ``trigger=0`` is the behaviour before issue 14 (rewrite on every request, no keep, no minimum),
-  kept so benchmarks can measure it next to the new default.
+* ``trigger=0`` is the behaviour before pressure gating (rewrite on every request, no keep, no
+  minimum), kept so benchmarks can measure it next to the default.
 
 **Excerpts go first, at a lower trigger** (``excerpt_trigger``, default 0.30). An output too big to
 enter the history whole entered it as a head+tail preview (``policy/budgets.py``); its original is
@@ -79,7 +79,7 @@ class PressureConfig:
 
     @property
     def always_on(self) -> bool:
-        """The behaviour before issue 14: rewrite on every request (``trigger=0``)."""
+        """The behaviour before pressure gating: rewrite on every request (``trigger=0``)."""
         return self.trigger <= 0
 
     @classmethod
@@ -247,7 +247,7 @@ def _always_on(
     before: float,
     m0: Measure,
 ) -> tuple[list[Message], PressureReport]:
-    """Microcompact then read dedup on every request, as before issue 14 (``trigger=0``)."""
+    """Microcompact then read dedup on every request, as before pressure gating (``trigger=0``)."""
     out, mc = microcompact(history, archive=archive, config=micro)
     out, dd = dedup_repeated_reads(out, archive=archive)
     if not (mc.changed or dd.changed):

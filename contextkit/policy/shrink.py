@@ -1,9 +1,9 @@
-"""Content shrink (SPEC S4.8, research §4.10.5) and the preserve-verbatim cap (S4.9, §4.10.2).
+"""Content shrink (the truncation stage's last pass) and the preserve-verbatim cap.
 
 ``shrink_to_budget`` is the last pass when dropping whole messages cannot fit the payload budget (a
 short history of huge tool results): largest non-system, non-verbatim message first, original
 archived before its first cut, every cut taken from the original (no nested banners), the recall
-marker at the end. Beyond the source: when the 400-char floors alone still do not fit, a second
+marker at the end. When the 400-char floors alone still do not fit, a second
 stage replaces messages largest-first by a one-line pointer stub, so the result fits whenever the
 system messages (plus a pointer per message) do. The task survives: the newest user message is never
 cut here (``policy.oversize`` owns that case), and the tool call/result chain since it is cut only

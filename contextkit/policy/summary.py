@@ -1,7 +1,7 @@
-"""Level 2 as data: plan the segment, build the summarizer input and prompt, gate the answer, apply it.
+"""The summary stage as data: plan the segment, build the summarizer input and prompt, gate the answer, apply it.
 
 Pure (no IO, no clock): the compactor does the network call between ``summary_prompt`` and
-``apply_summary`` and archives the segment (SPEC S4.4-S4.6, research §4.10.3).
+``apply_summary`` and archives the segment.
 
 * ``plan_segment`` splits a history into leading systems | middle (compactable + verbatim) | recent tail,
   the tail cut snapped so no tool result is separated from its call, and never after the newest user
@@ -28,7 +28,7 @@ from contextkit.policy import ledger as ids
 from contextkit.policy._common import tool_result_as_user
 from contextkit.policy.archive_index import index_block
 from contextkit.policy.gate import MARKER_TEXT_RE
-from contextkit.policy.gate import passes_gate as passes_gate  # re-exported: the gate of Level 2
+from contextkit.policy.gate import passes_gate as passes_gate  # re-exported: the gate of the summary stage
 from contextkit.policy.gate import retry_emphasis as retry_emphasis
 from contextkit.policy.gate import screen_summary as screen_summary
 from contextkit.policy.pairing import snap_cut
@@ -72,7 +72,7 @@ Rules:
 
 @dataclass(frozen=True)
 class SegmentPlan:
-    """Where Level 2 cuts: ``history[:system_end]`` | middle | ``history[recent_start:]``.
+    """Where the summary stage cuts: ``history[:system_end]`` | middle | ``history[recent_start:]``.
 
     ``segment`` is the compactable middle (summarized and archived), ``verbatim`` the
     preserve_verbatim messages of the middle (re-attached after the summary), in original order.
@@ -93,7 +93,7 @@ class SegmentPlan:
 def plan_segment(
     history: Sequence[Message], *, min_keep_recent: int, min_compactable: int = MIN_COMPACTABLE
 ) -> SegmentPlan | None:
-    """The Level 2 plan, or None when there is nothing worth a summarizer call (< ``min_compactable``)."""
+    """The summary plan, or None when there is nothing worth a summarizer call (< ``min_compactable``)."""
     system_end = 0
     while system_end < len(history) and history[system_end].role == "system":
         system_end += 1
@@ -302,7 +302,8 @@ def downgrade_verbatim(message: Message) -> Message:
     """A verbatim message re-attached after a summary loses its pairing partner: make it standalone.
 
     A tool result becomes a user message (prefixed with its call id); an assistant's own tool calls
-    are written into its content, because their results were summarized (research §4.10.7).
+    are written into its content, because their results were summarized (a call without its result
+    would be an orphan that pairing repair removes, and the model would lose what it did).
     """
     if message.role == "tool" or message.tool_call_id:
         return tool_result_as_user(message)
@@ -349,7 +350,7 @@ LEDGER_RESTORE_CHARS = 400_000
 
 def restored_originals(plan: SegmentPlan, archive: ArchiveSink | None, keys: Collection[str]) -> str:
     """The archived originals of the segment's stubs whose keys are in ``keys`` (the stubs this pass
-    made: Level 1 cleared those tool results moments ago, so the summary still accounts for them).
+    made: the trim stage cleared those tool results moments ago, so the summary still accounts for them).
 
     Older stubs and the archived segment behind an earlier summary are not read: their identifiers
     left the context before this pass (an earlier summary's own ledger lists its segment's).

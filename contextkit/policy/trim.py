@@ -1,10 +1,10 @@
-"""Trim phase (SPEC S4.1, research §4.9): reasoning of old turns and superseded file reads.
+"""The trim phase: reasoning of old turns and superseded file reads.
 
 ``strip_reasoning`` drops ``Message.reasoning`` and inline ``<reasoning>``/``<thinking>`` blocks from
 assistant messages older than ``keep_recent_turns`` (archived first). ``dedup_repeated_reads`` turns
 an earlier read of a file into a one-line stub when a later read of the same path covers the same or
 a wider line range. Reads are recognised by ``Message.origin`` (path + line range; no range = whole
-file) and, as a fallback, by the source system's read format (``<<< INÍCIO DO ARQUIVO: PATH >>>``
+file) and, as a fallback, by the read format of a Portuguese-language chat CLI (``<<< INÍCIO DO ARQUIVO: PATH >>>``
 with ``   N | `` numbered lines). Recall output and preserve_verbatim messages are never touched.
 """
 
@@ -105,7 +105,7 @@ class ReadBlock:
 
 
 def parse_read_blocks(content: str) -> list[ReadBlock]:
-    """File blocks in the source system's read format (empty list when there are none)."""
+    """File blocks in that chat CLI's read format (empty list when there are none)."""
     starts = list(_START_RE.finditer(content))
     blocks = []
     for n, start in enumerate(starts):

@@ -1,4 +1,4 @@
-"""Level 3 truncation (SPEC S4.7, S4.9, S5.1; research §4.3 ladder version, §4.10.4, §4.10.7).
+"""Truncation: the compaction pipeline's last resort, and recovery levels 2 and 3.
 
 Keeps every system message (moved to the front), the last ``keep`` non-system messages (snapped so
 the kept tail starts with a user message, which also keeps tool results with their calls) and every

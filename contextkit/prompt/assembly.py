@@ -1,4 +1,4 @@
-"""Prompt assembly from named blocks (SPEC S10.1).
+"""Prompt assembly from named blocks.
 
 A prompt is built from *blocks*: the persona, the tool rules, a project memory file, the running
 conversation, today's date, a retrieved snippet. Each block answers one question before it

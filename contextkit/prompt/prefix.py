@@ -1,4 +1,4 @@
-"""Prefix-cache probe (S10.2): how much of each request body repeats the previous one byte for byte.
+"""Prefix-cache probe: how much of each request body repeats the previous one byte for byte.
 
 Provider prompt caches reuse the longest shared *prefix* of consecutive requests, so an
 append-only history keeps 100% of the previous body (up to the closing ``]}``) while a compaction

@@ -1,4 +1,4 @@
-"""Per-call trace of what the model received (SPEC S10.3).
+"""Per-call trace of what the model received.
 
 ``trace_request(messages, tools=..., model=...)`` describes one request piece by piece: the size
 (bytes on the wire, tokens) and the origin of every message — a system block, the user, an

@@ -50,7 +50,7 @@ def cache_breakpoints_for(model: str, cache_breakpoints: Any) -> bool:
 
 def session_limits(limits: Any, litellm_kwargs: dict[str, Any]) -> tuple[dict[str, Any], Limits]:
     """(litellm's keyword arguments, the limits in force): the fields set in ``Limits(...)`` and by
-    limit-setting keywords win; every other field comes from ``CONTEXTKIT_*`` (S12)."""
+    limit-setting keywords win; every other field comes from ``CONTEXTKIT_*``."""
     if limits is not None and not isinstance(limits, Limits):
         raise ConfigError(f"limits must be a contextkit.Limits, got {type(limits).__name__}")
     kwargs, limits = split_kwargs(litellm_kwargs, limits or Limits())

@@ -3,9 +3,9 @@
 The flow (``contextkit.engine.flow``) is written once; this module runs it synchronously (``send``),
 asynchronously (``asend``) and while streaming (``stream``, ``astream``: ``contextkit.engine.streaming``),
 executing the effects it yields: model calls through ``contextkit.backend`` (litellm), summaries,
-tools, sleeps. Its constructor's checks are ``session_config``; the read-only views (stats, limits,
-tool schemas, the next request's size) are mixed in from ``session_views``; manual compaction,
-``rewind`` and ``reset_limits`` from ``session_controls``; saving and loading are ``persist``.
+tools, sleeps. Its constructor's checks are ``session.config``; the read-only views (stats, limits,
+tool schemas, the next request's size) are mixed in from ``session.views``; manual compaction,
+``rewind`` and ``reset_limits`` from ``session.controls``; saving and loading are ``session.persist``.
 """
 
 from __future__ import annotations

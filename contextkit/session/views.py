@@ -39,7 +39,7 @@ class SessionViews:
         stats = SessionStats.from_dict(self._state.stats.to_dict())
         cstats = self.compactor.stats
         stats.compactions = cstats.compactions
-        stats.level3_falls = cstats.level3_falls
+        stats.truncation_falls = cstats.truncation_falls
         stats.summary_calls = cstats.summary_calls
         stats.summarizer_prompt_tokens = cstats.summarizer_prompt_tokens
         stats.summarizer_completion_tokens = cstats.summarizer_completion_tokens
@@ -65,8 +65,8 @@ class SessionViews:
 
     @property
     def tool_schemas(self) -> list[dict[str, Any]]:
-        """The tool schemas sent with every request. Decided once (issue 14: tools lead the cached
-        prompt prefix, so any change breaks the whole cache): the ``recall`` tool is offered from the
+        """The tool schemas sent with every request. Decided once (tools lead the cached prompt
+        prefix, so any change breaks the whole cache): the ``recall`` tool is offered from the
         first request when the session has tools or its archive already holds content, otherwise
         from the request after the first archive write; once offered it stays, byte-identical."""
         ctx = getattr(self, "_ctx", None)
@@ -85,7 +85,7 @@ class SessionViews:
         return schemas, recall
 
     def measure(self) -> Measure:
-        """Request bytes and tokens of the next request (incremental, S1.3)."""
+        """Request bytes and tokens of the next request (measured incrementally: only new messages are counted)."""
         return self._meter.measure(
             self._state.history, tools=self.tool_schemas or None, **body_params(self._litellm_kwargs)
         )

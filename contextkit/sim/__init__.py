@@ -1,4 +1,4 @@
-"""Gateway simulator: a local provider + gateway for litellm over real HTTP (SPEC S7).
+"""Gateway simulator: a local provider + gateway for litellm over real HTTP.
 
 ``GatewaySimulator`` serves the OpenAI chat-completions and Anthropic messages APIs on
 127.0.0.1 with a configurable context window, body cap, rejection style, output cap, latency,

@@ -1,4 +1,4 @@
-"""The simulator's prompt cache: a provider-style prefix cache over recent requests (SPEC S10, issue 14).
+"""The simulator's prompt cache: a provider-style prefix cache over recent requests.
 
 Providers bill a cached prompt prefix at a fraction of the input price, so whether a request
 repeats an earlier one *byte for byte up to some point* decides what an agent really costs. This

@@ -1,4 +1,4 @@
-"""Live ipywidgets panels for a contextkit Session (SPEC S8).
+"""Live ipywidgets panels for a contextkit Session.
 
 ::
 

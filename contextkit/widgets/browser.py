@@ -1,4 +1,4 @@
-"""``ArchiveBrowser``: what the recall archive holds and where it is referenced (S8.3).
+"""``ArchiveBrowser``: what the recall archive holds and where it is referenced.
 
 Entries (key, kind, origin, size, turn) come from ``archive.entries()`` once, then from the
 session's events: an ``ArchiveEvent`` carries the row itself, the ``archived_keys`` of a compaction

@@ -1,4 +1,4 @@
-"""``Dashboard``: one session, live (S8.4).
+"""``Dashboard``: one session, live.
 
 Laid out for a projector: a compact header (how full the next request is, the learned cap, the
 cached share, the answer streaming in), the live chart of every request in the centre, then what

@@ -1,4 +1,4 @@
-"""``HistoryGauge``: the dashboard's compact header (S8.1).
+"""``HistoryGauge``: the dashboard's compact header.
 
 Next request's bytes against the payload cap and tokens against the context window (two thin bars
 side by side), the pressure, the learned cap, the cached share of the last request's prompt, and

@@ -10,6 +10,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+# The recovery ladder's levels: what each does to the history after a refusal about size.
+LEVELS: dict[int, str] = {
+    1: "level 1: cap big tool output and long answers",
+    2: "level 2: keep only the recent messages",
+    3: "level 3: keep the last few messages, each capped",
+}
+
+# The compaction pipeline's stages (``CompactionEvent.stage``) -> (label, tooltip).
+STAGES: dict[str, tuple[str, str]] = {
+    "trim": ("trim", "Rewrites without a model call: old reasoning, repeated reads and big old tool output."),
+    "summary": ("summary", "A model summarizes the oldest part of the conversation."),
+    "truncation": ("truncation", "The last resort: old messages are dropped, else the biggest one is cut."),
+}
+
 # SessionStats field -> (label, tooltip)
 STATS: dict[str, tuple[str, str]] = {
     "requests": ("requests sent", "Every request sent to the model, including ones that were refused and retried."),
@@ -20,21 +34,22 @@ STATS: dict[str, tuple[str, str]] = {
     ),
     "recoveries_by_level": (
         "recoveries, by level",
-        "After a refusal the session shrank the history and tried again. Level 1 drops stale tool output, "
-        "level 2 summarizes old messages, level 3 cuts old messages.",
+        "After a refusal about size the session shrank the history and tried again, one level at a time: "
+        + "; ".join(LEVELS.values())
+        + ". Everything cut is archived first.",
     ),
     "compactions": (
         "times the history was compacted",
         "Times the session shrank the history before sending because it was close to a limit (or you asked).",
     ),
-    "level3_falls": (
+    "truncation_falls": (
         "times the session had to cut messages",
-        "Compactions that had to use the last resort (level 3): drop old messages or cut one huge message. "
-        "Everything cut is archived first and can be recalled.",
+        "Compactions that had to use the last resort (the truncation stage): drop old messages or cut one huge "
+        "message. Everything cut is archived first and can be recalled.",
     ),
     "summary_calls": (
         "summaries written",
-        "Times a model was asked to summarize old messages (level 2). Each is an extra model call.",
+        "Times a model was asked to summarize old messages (the summary stage). Each is an extra model call.",
     ),
     "summarizer_prompt_tokens": (
         "tokens read by the summarizer",
@@ -87,26 +102,32 @@ STATS: dict[str, tuple[str, str]] = {
 
 PHASES: dict[str, tuple[str, str]] = {
     "start": ("compaction started", "The history was over its budget, so compaction began."),
-    "trim": ("dropped old reasoning", "Level 1: removes the model's old private reasoning; no model call."),
-    "dedup": ("dropped repeated file reads", "Level 1: when a file was read twice, the older copy is replaced."),
+    "trim": ("dropped old reasoning", "Trim stage: removes the model's old private reasoning; no model call."),
+    "dedup": ("dropped repeated file reads", "Trim stage: when a file was read twice, the older copy is replaced."),
     "microcompact": (
         "shortened old tool output",
-        "Level 1: old tool results become a preview (head and tail), then a one-line pointer to the archive.",
+        "Trim stage: old tool results become a preview (head and tail), then a one-line pointer to the archive.",
     ),
-    "clearing": ("cleared old tool results", "Level 1: old tool results are replaced by a pointer to the archive."),
-    "budget": ("capped big tool results", "Level 1: a tool result over its size budget is cut; the rest is archived."),
-    "verbatim": ("capped pinned messages", "Messages marked to keep verbatim were over their own budget."),
+    "clearing": ("cleared old tool results", "Trim stage: old tool results are replaced by a pointer to the archive."),
+    "budget": (
+        "capped big tool results",
+        "Trim stage: a tool result over its size budget is cut; the rest is archived.",
+    ),
+    "verbatim": (
+        "capped pinned messages",
+        "Trim stage: messages marked to keep verbatim were over their own budget; the originals are archived.",
+    ),
     "summarize": (
         "summarized old messages",
-        "Level 2: a model summarizes the oldest part of the conversation; the originals are archived.",
+        "Summary stage: a model summarizes the oldest part of the conversation; the originals are archived.",
     ),
     "truncate": (
         "dropped old messages",
-        "Level 3 (last resort): the oldest messages are dropped, the recent ones kept; all archived first.",
+        "Truncation stage (last resort): the oldest messages are dropped, the recent ones kept; all archived first.",
     ),
     "shrink": (
         "cut a huge message",
-        "Level 3 (last resort): one message too big for the limit is cut to fit; the original is archived.",
+        "Truncation stage (last resort): one message too big for the limit is cut to fit; the original is archived.",
     ),
     "done": ("compaction finished", "The compaction ended; sizes before and after are shown."),
 }
@@ -130,12 +151,6 @@ FAILURES: dict[str, str] = {
     "other": "an unclassified error",
 }
 
-LEVELS: dict[int, str] = {
-    1: "level 1: drop stale tool output",
-    2: "level 2: summarize old messages",
-    3: "level 3: cut old messages",
-}
-
 
 def stat_label(key: str) -> tuple[str, str]:
     """(label, tooltip) of a stats field; unknown fields fall back to a readable form of the key."""
@@ -155,7 +170,13 @@ def failure_label(kind: str | None) -> str:
 
 
 def level_label(level: int) -> str:
+    """A recovery level in words (``level 2: keep only the recent messages``)."""
     return LEVELS.get(level, f"level {level}")
+
+
+def stage_label(stage: str) -> str:
+    """A compaction stage's name as the panels show it (``summary``); "" for none."""
+    return STAGES.get(stage, (stage, ""))[0]
 
 
 def stat_value(key: str, value: Any) -> str:

@@ -3,7 +3,7 @@
 In a notebook these lines would otherwise flood the cell's output; the dashboard collects them in
 a collapsible panel instead (the notebook status sink stays quiet while one is shown). The lines
 come from the events — the same text the status sink receives: each ``NoticeEvent`` and the
-status of every ``CompactionEvent`` except level-1 steps that changed nothing.
+status of every ``CompactionEvent`` except trim-stage steps that changed nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def status_line(event: Event) -> str | None:
     if isinstance(event, NoticeEvent):
         return event.text or None
     if isinstance(event, CompactionEvent):
-        if not event.status or (event.outcome == "skipped" and event.level == 1):
+        if not event.status or (event.outcome == "skipped" and event.stage == "trim"):
             return None
         return event.status
     return None

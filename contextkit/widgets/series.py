@@ -7,8 +7,9 @@ Rows carry a plain-language ``explain`` text used as the tooltip, so the chart i
   and window in force when it was sent, the cached share of its prompt
   (``cached_prompt_tokens`` / ``append_only`` when the provider reports them), and its outcome.
 - ``rejections``: the requests the gateway or provider refused.
-- ``recoveries``: one per recovery step that retried, at the request it retried (by level).
-- ``compactions``: one per applied compaction phase, between the last request sent and the next.
+- ``recoveries``: one per recovery step that retried, at the request it retried (by recovery level).
+- ``compactions``: one per applied compaction phase (with its stage), between the last request sent
+  and the next.
 - ``cache_breaks``: requests whose body does not start with the previous body (``append_only``
   False): the provider's prompt cache cannot be reused for them.
 """
@@ -101,23 +102,23 @@ class SessionSeries:
             if event.outcome != "applied" or event.phase in _AGGREGATE:
                 return False
             self._add_compaction(
-                event.phase, event.level, event.trigger, event.bytes_before, event.bytes_after, event.status
+                event.phase, event.stage, event.trigger, event.bytes_before, event.bytes_after, event.status
             )
             return True
         if isinstance(event, NoticeEvent) and event.code in ("microcompact", "dedup"):
             # turn-boundary ageing of tool output is reported as a notice, not as a compaction run
-            self._add_compaction(event.code, 1, "turn", 0, 0, event.text)
+            self._add_compaction(event.code, "trim", "turn", 0, 0, event.text)
             return True
         return False
 
-    def _add_compaction(self, phase: str, level: int, trigger: str, before: int, after: int, status: str) -> None:
+    def _add_compaction(self, phase: str, stage: str, trigger: str, before: int, after: int, status: str) -> None:
         sizes = f" {format_size(before)} → {format_size(after)}." if before else ""
         self.compactions.append(
             {
                 "x": len(self.requests) + 0.5,
                 "phase": phase,
                 "phase_name": phase_label(phase),
-                "level": level,
+                "stage": stage,
                 "explain": f"Compaction {TRIGGERS.get(trigger, trigger)}: {phase_label(phase)}.{sizes} "
                 f"{phase_help(phase)} ({status})",
             }

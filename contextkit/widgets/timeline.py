@@ -1,4 +1,4 @@
-"""``PhaseTimeline``: compactions and recoveries as they happen, one expandable row each (S8.2, S4.12).
+"""``PhaseTimeline``: compactions and recoveries as they happen, one expandable row each.
 
 A compaction runs several phases (trim, microcompact, summarize, truncate, …) between its
 ``start`` and ``done`` events; a recovery climbs several levels between a refused request and
@@ -20,7 +20,7 @@ from contextkit.display.html import esc
 from contextkit.events import CompactionEvent, Event, RecoveryEvent
 from contextkit.sizing import format_size
 from contextkit.widgets._view import EventFeed, FeedView, events_of
-from contextkit.widgets.labels import TRIGGERS, failure_label, level_label, phase_help, phase_label
+from contextkit.widgets.labels import TRIGGERS, failure_label, level_label, phase_help, phase_label, stage_label
 
 Row = dict[str, Any]
 FINAL_RECOVERY = ("recovered", "failed", "floor")
@@ -55,10 +55,10 @@ def _phase_step(event: CompactionEvent) -> Row:
     return {
         "seq": event.seq,
         "phase": event.phase,
-        "what": phase_label(event.phase) + (f" (level {event.level})" if event.level else ""),
+        "what": phase_label(event.phase) + (f" ({stage_label(event.stage)} stage)" if event.stage else ""),
         "help": phase_help(event.phase),
         "outcome": event.outcome,
-        "level": event.level,
+        "stage": event.stage,
         "size": _sizes(event.bytes_before, event.bytes_after, event.outcome == "running"),
         "bytes_before": event.bytes_before,
         "bytes_after": event.bytes_after,
