@@ -252,4 +252,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from contextkit import offline
+
+    offline()  # a benchmark owns its process: litellm's bundled cost map and tokenizers, no network
     sys.exit(main())

@@ -63,4 +63,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from contextkit import offline
+
+    offline()  # a benchmark owns its process: litellm's bundled cost map and tokenizers, no network
     main()

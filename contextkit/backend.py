@@ -1,42 +1,117 @@
 """The only module that imports litellm.
 
 Everything else talks to the small functions here: ``token_counter``, ``model_info`` and the
-completion calls used by the session. litellm is imported lazily, after the offline environment
-is set, so ``import contextkit`` stays cheap and silent.
+completion calls used by the session. litellm is imported lazily, on first use, so
+``import contextkit`` stays cheap and silent. Importing it changes nothing of the host process
+beyond what litellm's own import does; ``offline()`` is the explicit opt-in for a process that
+owns its environment and runs on a closed network.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import os
+import sys
 import threading
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
-
-from contextkit._offline import ensure_offline
 
 _lock = threading.Lock()
 _litellm: Any = None
+_offline = False  # offline() was called: quiet litellm once it is imported
+
+# What ``offline()`` sets when the process has not set it: each one keeps a library from reaching
+# the network on its own.
+OFFLINE_ENV = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # litellm's import: the bundled cost map, no fetch
+    "LITELLM_OFFLINE_MODE": "true",  # litellm: no catalog, check or tokenizer fetched later
+    "HF_HUB_OFFLINE": "1",  # Hugging Face tokenizers and models: the local cache only
+    "HEADROOM_OFFLINE": "1",  # the headroom peer of the experiments: no model or telemetry download
+}
 
 
 def litellm() -> Any:
-    """The litellm module, imported once with the offline settings applied."""
+    """The litellm module, imported once, as the host configured it.
+
+    Nothing is set around the import: no environment variable, no warnings filter, no litellm
+    global (unless ``offline()`` was called). What a bare ``import litellm`` does to the process,
+    it does here too.
+    """
     global _litellm
     if _litellm is None:
         with _lock:
             if _litellm is None:
-                ensure_offline()
-                import warnings
+                import litellm as module
 
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    import litellm as module
-
-                # litellm's pydantic models warn about ReadOnly TypedDict items on first use; noise for users.
-                warnings.filterwarnings("ignore", message=r".*ReadOnly.*", category=UserWarning)
-                module.suppress_debug_info = True
-                module.telemetry = False
+                if _offline:
+                    module.suppress_debug_info = True
                 _litellm = module
     return _litellm
+
+
+def litellm_tokenizers_dir() -> Path | None:
+    """The folder of tokenizer files bundled inside the installed litellm wheel, if any.
+
+    It holds tiktoken's encodings under the names tiktoken's cache gives them (the SHA-1 of the
+    download URL). Found without importing litellm.
+    """
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or spec.origin is None:
+        return None
+    folder = Path(spec.origin).parent / "litellm_core_utils" / "tokenizers"
+    return folder if folder.is_dir() else None
+
+
+def offline() -> None:
+    """Keep litellm, tiktoken and the libraries the experiments drive off the network.
+
+    For a process that owns its environment and runs where there is no internet (or should use
+    none): the simulator, ``contextkit demo``, the notebooks, the tests. A library or service that
+    merely uses contextkit should not call it: plain use of contextkit changes nothing of the host.
+    Call it first, before litellm is imported, for the first item to take effect. Idempotent; a
+    variable the process has already set is left as it is, whatever its value.
+
+    What it changes:
+
+    * ``os.environ``: ``LITELLM_LOCAL_MODEL_COST_MAP=True`` (litellm's import reads its bundled
+      cost map instead of fetching it from GitHub), ``LITELLM_OFFLINE_MODE=true`` (litellm fetches
+      no catalog, check or tokenizer later), ``HF_HUB_OFFLINE=1`` (Hugging Face loads from its
+      local cache only), ``HEADROOM_OFFLINE=1`` (the headroom peer downloads nothing), and
+      ``TIKTOKEN_CACHE_DIR`` pointed at the encodings bundled in the litellm wheel (tiktoken
+      used directly, e.g. by langchain-openai, finds them instead of downloading them).
+    * ``litellm.suppress_debug_info = True`` now if litellm is imported, else when contextkit
+      imports it: litellm otherwise prints "Give Feedback / Get Help" to stdout on every provider
+      error, including the gateway refusals contextkit recovers from, and "Provider List" when
+      it prices a reply whose model it cannot route (the simulator's).
+
+    What litellm does without it (measured with litellm 1.110.2 on a machine with no internet
+    access): ``import litellm`` tries to fetch the cost map; the name does not resolve, so the
+    import does not wait (4.4-5.9 s either way on a busy 2-core machine, the same as with the
+    local map) but LiteLLM logs four warnings to stderr over about 8 s, two from a background
+    thread that retries the fetch, then uses its bundled map. Where the network drops packets
+    instead, the first attempt can block the import for its 5 s timeout. A bare import writes
+    no environment variable, but adds its own warnings filters (ignoring pydantic's ``ReadOnly``
+    and protected-namespace warnings); litellm's first token count (its
+    ``litellm_core_utils/default_encoding.py``) sets ``TIKTOKEN_CACHE_DIR`` to its bundled
+    folder, replacing any value the host had set, unless ``CUSTOM_TIKTOKEN_CACHE_DIR`` is set.
+    contextkit's own token counting reads the bundled files directly and needs none of this.
+    """
+    global _offline
+    for name, value in OFFLINE_ENV.items():
+        os.environ.setdefault(name, value)
+    if "TIKTOKEN_CACHE_DIR" not in os.environ and (folder := litellm_tokenizers_dir()) is not None:
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(folder)
+    _offline = True
+    module: Any = sys.modules.get("litellm")
+    if module is not None:  # else litellm() quiets it once it has imported it
+        module.suppress_debug_info = True
+
+
+def offline_requested() -> bool:
+    """Whether this process called ``offline()`` (workers it starts for a sweep call it too)."""
+    return _offline
 
 
 def token_counter(model: str, messages: list[dict[str, Any]]) -> int:

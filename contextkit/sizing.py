@@ -11,19 +11,21 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import math
 import os
 import re
 import threading
+import types
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from contextkit._offline import ensure_offline
-from contextkit.errors import ConfigError
+from contextkit.errors import ConfigError, ContextkitRuntimeError
 from contextkit.messages import Message, to_wire
 
 KB = 1024
@@ -170,10 +172,48 @@ def _encoding_name(model: str) -> str:
 
 @lru_cache(maxsize=4)
 def _encoding(name: str) -> Any:
-    ensure_offline()
-    import tiktoken
+    """tiktoken's encoding ``name``, built from the copy bundled in the litellm wheel.
 
-    return tiktoken.get_encoding(name)
+    ``tiktoken.get_encoding`` would download the file unless ``TIKTOKEN_CACHE_DIR`` points at a
+    copy, and setting that variable would change the host's environment. Instead tiktoken's own
+    constructor for the encoding (its split pattern and special tokens) runs with a loader that
+    reads the bundled file: no download, no environment variable read or written, nothing
+    written to tiktoken's cache, and litellm is not imported.
+    """
+    import tiktoken
+    from tiktoken_ext import openai_public
+
+    constructor = getattr(openai_public, name)
+    scope = {**constructor.__globals__, "load_tiktoken_bpe": _bundled_bpe}
+    spec = types.FunctionType(constructor.__code__, scope, constructor.__name__)()
+    return tiktoken.Encoding(**spec)
+
+
+def _bundled_bpe(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
+    """The ranks tiktoken would download from ``url``, read from litellm's bundled copy instead
+    (stored under tiktoken's cache name for the URL) and checked against tiktoken's hash."""
+    from contextkit import backend
+
+    folder = backend.litellm_tokenizers_dir()
+    path = folder / hashlib.sha1(url.encode()).hexdigest() if folder is not None else None
+    if path is None or not path.is_file():
+        raise ContextkitRuntimeError(
+            f"token counting needs the tiktoken encoding at {url}, which the installed litellm does not "
+            f"bundle ({path or 'litellm not found'}); contextkit never downloads it. Reinstall litellm "
+            "(pip install --force-reinstall litellm) to get its bundled tokenizers back"
+        )
+    data = path.read_bytes()
+    if expected_hash is not None and hashlib.sha256(data).hexdigest() != expected_hash:
+        raise ContextkitRuntimeError(
+            f"litellm's bundled tokenizer file {path} does not match tiktoken's hash for {url}; "
+            "reinstall litellm (pip install --force-reinstall litellm)"
+        )
+    ranks: dict[bytes, int] = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
 
 
 def _chunk_chars() -> int:

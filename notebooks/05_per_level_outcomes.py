@@ -39,10 +39,16 @@
 # %%
 import os
 
-# litellm must never fetch its model map from the network (set before importing contextkit)
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_OFFLINE_MODE", "True")
+import contextkit
+from contextkit.display.status import show_status_in_notebook
+
+# This notebook owns its process: nothing is fetched from the network (litellm's cost map and
+# tiktoken's encodings come from their bundled copies; call it before litellm loads), litellm
+# prints no debug hints, and status lines show in the notebook (the dashboard's log, else one
+# collapsible block per cell).
+contextkit.offline()
 os.environ.setdefault("LITELLM_LOG", "ERROR")
+show_status_in_notebook()
 
 # THE switch. Unset (default): the bundled gateway simulator - no API key, no network, deterministic.
 # Set CONTEXTKIT_NOTEBOOK_MODEL to a litellm model string ("openai/gpt-4o-mini" with OPENAI_API_KEY,

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from contextkit._offline import ensure_offline
+import contextkit
 
-ensure_offline()
+contextkit.offline()  # the test process owns its environment: no network, litellm quiet
 
 from contextkit.sim import GatewaySimulator  # noqa: E402 - after the offline environment is set
 

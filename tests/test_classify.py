@@ -377,9 +377,9 @@ def test_explicit_status_overrides_exception_status() -> None:
 
 
 def test_mid_stream_fallback_error() -> None:
-    from contextkit._offline import ensure_offline
+    from contextkit import backend
 
-    ensure_offline()
+    backend.litellm()
     from litellm.exceptions import APIConnectionError, MidStreamFallbackError
 
     original = APIConnectionError(message="Server disconnected", llm_provider="openai", model="m")

@@ -178,10 +178,12 @@ def test_every_counter_has_a_plain_label_and_an_explanation() -> None:
 def test_status_lines_in_a_notebook_collapse_or_go_to_the_dashboard(tmp_path: Path) -> None:
     """In a real kernel: no stderr; one collapsible block per cell, or nothing while a dashboard shows."""
     setup = (
+        "import contextkit\ncontextkit.offline()\n"  # as the notebooks do: litellm prints nothing either
         "from contextkit import Limits, Session\nfrom contextkit.sim import GatewaySimulator, Workspace\n"
+        "from contextkit.display.status import show_status_in_notebook\nhandler = show_status_in_notebook()\n"
         "gw = GatewaySimulator(max_body='24KB', reject_with='413').start()\nws = Workspace(seed=1, target_bytes=6000)\n"
         "s = Session(gw.model, api_base=gw.api_base, api_key='k', limits=Limits(context_window=32_000))\n"
-        "print(type(s.status_sink).__name__)"
+        "print(type(handler).__name__, show_status_in_notebook() is handler)"
     )
     talk = "for i in range(4):\n    s.send(f'turn {i}\\n' + ws.tail_log(80).content)"
     dash = "from contextkit.widgets import Dashboard\nd = Dashboard(s)\nd"
@@ -189,7 +191,7 @@ def test_status_lines_in_a_notebook_collapse_or_go_to_the_dashboard(tmp_path: Pa
     nb.cells = [nbformat.v4.new_code_cell(c) for c in (setup, talk, dash, talk, "print(len(d.status_log.lines))")]
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = [cell.outputs for cell in nb.cells]
-    assert outputs[0][0]["text"].strip() == "NotebookStatus"
+    assert outputs[0][0]["text"].strip() == "NotebookStatus True"  # attached once
     assert not [o for cell in outputs for o in cell if o.get("name") == "stderr"]
     (block,) = outputs[1]  # one block for all the lines of the cell, updated in place
     assert "<details class='ck-status'>" in block["data"]["text/html"]
@@ -199,22 +201,26 @@ def test_status_lines_in_a_notebook_collapse_or_go_to_the_dashboard(tmp_path: Pa
     assert int(outputs[4][0]["text"]) >= int(lines.group(1))
 
 
-def test_status_lines_go_to_stderr_outside_a_notebook() -> None:
+@pytest.mark.parametrize("attach", ["", "show_status_on_stderr()", "show_status_in_notebook()"])
+def test_status_lines_go_to_stderr_outside_a_notebook_only_when_asked(attach: str) -> None:
+    """No handler: nothing on stderr. Either handler outside a kernel: ``[contextkit] ...`` lines."""
     import subprocess
     import sys
 
-    from contextkit.session.core import default_status, stderr_status
-
-    assert default_status() is stderr_status  # pytest is no Jupyter kernel
     code = (
         "from contextkit import Limits, Session\nfrom contextkit.sim import GatewaySimulator\n"
+        f"from contextkit.display.status import show_status_in_notebook, show_status_on_stderr\n{attach}\n"
         "with GatewaySimulator(max_body='24KB', reject_with='413') as gw:\n"
         "    s = Session(gw.model, api_base=gw.api_base, api_key='k', limits=Limits(context_window=32_000))\n"
         "    for i in range(4):\n        s.send(f'turn {i} ' + 'lorem ipsum ' * 800)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "[contextkit] gateway rejected" in out.stderr and "[contextkit]" not in out.stdout
+    assert "[contextkit]" not in out.stdout
+    if attach:
+        assert "[contextkit] gateway rejected" in out.stderr
+    else:
+        assert out.stderr == ""
 
 
 def test_the_stub_diff_shows_kept_removed_and_added_lines() -> None:

@@ -43,6 +43,7 @@ PUBLIC = {
     "classify_failure",
     "format_size",
     "from_wire",
+    "offline",
     "parse_size",
     "repair_tool_pairing",
 }

@@ -62,6 +62,8 @@ DONE = "ALL-CELLS-" + "DONE"  # split so the marker only appears in the output, 
 
 SETUP = """\
 import json, threading
+import contextkit
+contextkit.offline()  # as the notebooks do: litellm prints no debug hints into the outputs
 from contextkit import Limits
 from contextkit.archive import Archive
 from contextkit.markers import marker

@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from contextkit._offline import ensure_offline
+from contextkit.backend import offline
+from contextkit.display.status import show_status_on_stderr
 
 
 def main(argv: list[str] | None = None) -> int:
-    ensure_offline()
+    # The command owns its process: it runs offline (the simulator needs no network) and shows
+    # the sessions' status lines on stderr.
+    offline()
+    show_status_on_stderr()
     parser = argparse.ArgumentParser(prog="contextkit", description="Context engineering toolkit.")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a scripted agent behind a 128 KB gateway against the simulator")

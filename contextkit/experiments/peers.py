@@ -125,9 +125,8 @@ def _langchain_tools(workload: Workload) -> list[Callable[..., str]]:
 
 
 def _langchain(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any) -> StrategyRun:
-    from contextkit import backend
-
-    backend.litellm()  # offline tiktoken settings before langchain-openai loads tiktoken
+    # langchain-openai counts tokens with tiktoken, which downloads its encodings unless
+    # TIKTOKEN_CACHE_DIR names a copy: contextkit.offline() points it at litellm's bundled one.
     from langchain.agents import create_agent
     from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware, SummarizationMiddleware
     from langchain_core.messages import HumanMessage
@@ -235,12 +234,9 @@ def _loop(
 
 
 def _headroom(workload: Workload, gw: GatewaySpec, sim: Any) -> StrategyRun:
-    import os
-
-    from contextkit import backend
-
-    backend.litellm()  # tiktoken from litellm's bundled files: headroom's tokenizer must not download
-    os.environ.setdefault("HEADROOM_OFFLINE", "1")
+    # headroom's only switch against its model and telemetry downloads is HEADROOM_OFFLINE, read
+    # from the environment: contextkit.offline() sets it (with TIKTOKEN_CACHE_DIR for its
+    # tokenizer), a host that runs this peer without it decides for itself.
     from headroom import compress
     from headroom.cache.compression_store import get_compression_store
     from headroom.ccr.tool_injection import CCR_TOOL_NAME, create_ccr_tool_definition

@@ -249,6 +249,15 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     return row
 
 
+def _run_one_offline(spec: RunSpec) -> dict[str, Any]:
+    """What a sweep's workers run when its caller called ``contextkit.offline()``: a worker process
+    inherits the environment that call set, not litellm kept quiet, so it calls it too."""
+    from contextkit import backend
+
+    backend.offline()
+    return run_one(spec)
+
+
 def _outcome(run: Any, spec: RunSpec) -> str:
     """completed | failed (a request or the strategy failed) | timeout (the wall-time budget ran out)
     | unavailable (a peer that cannot run here)."""
@@ -351,7 +360,10 @@ def run_specs(
     rows: dict[int, dict[str, Any]] = {}
     stalled = False
     try:
-        futures = {pool.submit(run_one, spec): i for i, spec in enumerate(specs)}
+        from contextkit import backend
+
+        run = _run_one_offline if backend.offline_requested() else run_one
+        futures = {pool.submit(run, spec): i for i, spec in enumerate(specs)}
         pending = set(futures)
         while pending:
             done, pending = cf.wait(pending, timeout=stall_timeout, return_when=cf.FIRST_COMPLETED)

@@ -4,6 +4,7 @@ keyword arguments and the limits they set, the tools, the context window, the st
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -97,19 +98,61 @@ def session_tools(tools: Sequence[Callable[..., Any] | Tool] | None) -> dict[str
 
 
 def stderr_status(text: str) -> None:
+    """A status sink that prints ``[contextkit] text`` to stderr (``Session(status=stderr_status)``)."""
     print(f"[contextkit] {text}", file=sys.stderr, flush=True)
 
 
-def default_status() -> StatusSink:
-    """stderr in a terminal; in a Jupyter kernel the dashboard's log or one collapsible output per cell."""
-    from contextkit.display.status import NotebookStatus, in_jupyter_kernel
-
-    return NotebookStatus() if in_jupyter_kernel() else stderr_status
+STATUS_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+_logger = logging.getLogger("contextkit")
 
 
-def status_sink(status: StatusSink | bool | None) -> StatusSink | None:
-    """``status=``: True → the default sink, False/None → silent, a callable → itself."""
-    return default_status() if status is True else (status or None)  # type: ignore[return-value]
+class LogStatus:
+    """``status=True``: each status line is a record on the ``contextkit`` logger.
+
+    INFO for information, WARNING for warnings, ERROR for errors; ``record.session_id`` and
+    ``record.code`` (the notice code, ``"compaction"`` for a compaction phase) come in ``extra``.
+    Where the lines show is the host's logging configuration: nothing by default (the package's
+    logger has only a ``NullHandler``); ``contextkit.display.status`` has the handlers the CLI and
+    the notebooks attach.
+    """
+
+    def __init__(self, session_id: str = "") -> None:
+        self.session_id = session_id
+
+    def __call__(self, text: str, *, code: str = "compaction", level: str = "info") -> None:
+        extra = {"session_id": self.session_id, "code": code}
+        _logger.log(STATUS_LEVELS.get(level, logging.INFO), "%s", text, extra=extra)
+
+    def __repr__(self) -> str:
+        return f"LogStatus(session_id={self.session_id!r})"
+
+
+def default_status(session_id: str = "") -> StatusSink:
+    """What ``status=True`` gives: the ``contextkit`` logger, records tagged with ``session_id``."""
+    return LogStatus(session_id)
+
+
+def status_sink(status: StatusSink | bool | None, session_id: str = "") -> StatusSink | None:
+    """``status=``: True → the ``contextkit`` logger, False/None → silent, a callable → itself."""
+    if status is True:
+        return default_status(session_id)
+    if status is None or status is False:
+        return None
+    if not callable(status):
+        raise ConfigError(
+            f"status must be True (log on the 'contextkit' logger), False or None (silent) or a "
+            f"callable taking each status line, got {type(status).__name__}"
+        )
+    return status
+
+
+def send_status(sink: StatusSink, text: str, *, code: str, level: str) -> None:
+    """One status line to ``sink``: the logger sink also gets the notice code and level; a
+    callable of the user's gets the text, as it always has."""
+    if isinstance(sink, LogStatus):
+        sink(text, code=code, level=level)
+    else:
+        sink(text)
 
 
 def context_window(model: str, limits: Limits) -> tuple[int, str]:

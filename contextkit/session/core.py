@@ -41,6 +41,7 @@ from contextkit.session.config import (
     context_window,
     default_status,
     flush_sink,
+    send_status,
     session_limits,
     session_tools,
     status_sink,
@@ -105,7 +106,7 @@ class Session(SessionViews, SessionControls):
         if callable(observe):
             observe(self._on_archived)
         self._tools = session_tools(tools)
-        self._status = status_sink(status)
+        self._status = status_sink(status, self.session_id)
         self._lock = threading.RLock()
         self._busy = False  # a turn or compaction is running (guards re-entry from tools or interleaved streams)
         self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
@@ -271,15 +272,15 @@ class Session(SessionViews, SessionControls):
             )
         )
 
-    def _notify_status(self, text: str) -> None:
+    def _notify_status(self, text: str, code: str = "compaction", level: str = "info") -> None:
         if self._status is not None:
-            self._status(text)
+            send_status(self._status, text, code=code, level=level)
 
     def _notify(self, code: str, text: str, level: str) -> None:
         self.events.append(
             NoticeEvent(session_id=self.session_id, turn=self._state.turn, code=code, text=text, level=level)
         )
-        self._notify_status(text)
+        self._notify_status(text, code, level)
 
     def _context(self) -> FlowContext:
         ctx = getattr(self, "_ctx", None)

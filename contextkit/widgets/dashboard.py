@@ -19,6 +19,7 @@ import ipywidgets as W
 import traitlets as T
 
 from contextkit.display.html import esc
+from contextkit.display.status import show_in_panel
 from contextkit.events import CompactionEvent, Event, HistoryEvent, RecoveryEvent, RequestEvent
 from contextkit.widgets._view import EventFeed, FeedView, call_quietly, close_view, events_of
 from contextkit.widgets.browser import ArchiveBrowser
@@ -115,8 +116,13 @@ class Dashboard(W.VBox):
         self.add_class("ck-dashboard")
         self.layout.border = "1px solid #cfd8dc"
         self.layout.padding = "8px"
+        # The notebook status handler (and a NotebookStatus passed as status=) stays quiet for this
+        # session while this log shows its lines.
+        session_id = getattr(session, "session_id", None)
+        if isinstance(session_id, str):
+            show_in_panel(session_id, self.status_log)
         attach = getattr(getattr(session, "status_sink", None), "attach", None)
-        if callable(attach):  # the notebook status sink stays quiet while this log shows the lines
+        if callable(attach):
             attach(self.status_log)
 
     @property
