@@ -121,7 +121,13 @@ def token_counter(model: str, messages: list[dict[str, Any]]) -> int:
 
 @lru_cache(maxsize=128)
 def model_info(model: str) -> dict[str, Any]:
-    """litellm's model info, or ``{}`` when the model is not in the local map."""
+    """litellm's model info, or ``{}`` when the model is not in the local map.
+
+    A model the cost map does not name is answered without asking litellm: for such a model its
+    lookup prints a "Provider List" banner to the host's stdout on every call (no per-call switch),
+    and every reply of a local server or the simulator would print one."""
+    if not in_cost_map(model):
+        return {}
     try:
         info = litellm().get_model_info(model)
     except Exception:  # noqa: BLE001 - unmapped models raise a bare Exception subclass
@@ -140,8 +146,20 @@ async def acompletion(model: str, messages: list[dict[str, Any]], *, timeout: fl
     return await litellm().acompletion(model=model, messages=messages, timeout=timeout, **kwargs)
 
 
+def in_cost_map(model: str | None) -> bool:
+    """Whether litellm's cost map names ``model`` (as given, or without its provider prefix).
+    Only reads the map; litellm's own lookup of an unknown model prints to stdout."""
+    if not model:
+        return False
+    known = litellm().model_cost
+    bare = model.split("/", 1)[1] if "/" in model else model
+    return model in known or bare in known
+
+
 def completion_cost(response: Any, model: str | None = None) -> float:
-    """Cost from litellm's local cost map; 0.0 for models it does not price."""
+    """Cost from litellm's local cost map; 0.0 for models it does not price (not asked: see ``model_info``)."""
+    if not in_cost_map(model or getattr(response, "model", None)):
+        return 0.0
     try:
         return float(litellm().completion_cost(completion_response=response, model=model) or 0.0)
     except Exception:  # noqa: BLE001 - unpriced models raise

@@ -356,3 +356,22 @@ def test_a_status_that_is_neither_a_switch_nor_a_callable_is_a_clear_error(gw: G
 def test_the_package_logger_has_a_null_handler_so_the_last_resort_stays_quiet() -> None:
     logger = logging.getLogger("contextkit")
     assert any(isinstance(h, logging.NullHandler) for h in logger.handlers)
+
+
+def test_an_unmapped_model_is_priced_and_described_without_litellms_banner(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """litellm prints a "Provider List" banner to stdout whenever it is asked about a model its cost map
+    does not name (the simulator's, a local server's) and its debug info is on, as a host leaves it by
+    default: contextkit answers those lookups from the map itself, so its own calls print nothing."""
+    from litellm.types.utils import ModelResponse
+
+    from contextkit import backend
+
+    monkeypatch.setattr(backend.litellm(), "suppress_debug_info", False)
+    backend.model_info.cache_clear()
+    reply = ModelResponse(model="sim-model", choices=[{"message": {"role": "assistant", "content": "hi"}}])
+    assert backend.model_info("openai/sim-model") == {} and backend.completion_cost(reply) == 0.0
+    assert not backend.is_priced("openai/sim-model")
+    assert capsys.readouterr().out == ""
+    assert backend.model_info("openai/gpt-4o")["max_input_tokens"] > 0  # a mapped model still asks litellm
