@@ -18,6 +18,7 @@ LONG_LINE = 320
 _AROUND = 120
 _MAX_HITS = 40
 GAP = "\n...\n"
+_MAX_WIDEN = 400
 
 
 def fits(content: str, budget: int, count: Callable[[str], int] = text_tokens) -> int | None:
@@ -71,6 +72,38 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+def _widen(content: str, spans: list[tuple[int, int]], room: int) -> list[tuple[int, int]]:
+    """Grow every window by whole lines, one above and one below in turn, while ``room`` tokens last:
+    the hits come with their context instead of leaving the item's share unused."""
+    spans = list(spans)
+    for _ in range(_MAX_WIDEN):
+        grown = False
+        for i, (a, b) in enumerate(spans):
+            for side in (0, 1):
+                if side == 0 and a > 0:
+                    start = content.rfind("\n", 0, a - 1) + 1
+                    piece, new = content[start:a], (start, b)
+                elif side == 1 and b < len(content):
+                    stop = content.find("\n", b + 1)
+                    stop = len(content) if stop < 0 else stop
+                    piece, new = content[b:stop], (a, stop)
+                else:
+                    continue
+                if len(piece) > LONG_LINE * 4:
+                    continue
+                cost = text_tokens(piece)
+                if cost > room:
+                    continue
+                room -= cost
+                spans[i] = new
+                a, b = new
+                grown = True
+        spans = _merge(spans)
+        if not grown or room <= 0:
+            break
+    return spans
+
+
 def excerpt(content: str, patterns: Sequence[re.Pattern[str]], budget: int) -> tuple[str, bool]:
     """``(text, shortened)``: at most ``budget`` tokens of ``content``; see the module docstring."""
     budget = max(budget, 1)
@@ -93,6 +126,7 @@ def excerpt(content: str, patterns: Sequence[re.Pattern[str]], budget: int) -> t
             room = max(budget * 3, 16)
             a, b = max(0, start - room // 2), min(len(content), end + room // 2)
             return truncate_to_tokens(_render(content, [(a, b)]), budget), True
+    taken = _widen(content, taken, budget - used)
     text = _render(content, taken)
     if text_tokens(text) > budget:
         text = truncate_to_tokens(text, budget)
