@@ -353,7 +353,7 @@ class SqliteStore:
             pays = free * page >= RECLAIM_MIN_BYTES and free >= RECLAIM_SHARE * max(pages, 1)
             if vacuum or (vacuum is None and pays):
                 if auto == 2 and not vacuum:
-                    conn.execute("PRAGMA incremental_vacuum")
+                    conn.executescript("PRAGMA incremental_vacuum;")  # one page per step: sqlite3_exec runs them all
                     done.append("incremental vacuum")
                 else:
                     conn.execute("VACUUM")
