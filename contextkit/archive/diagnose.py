@@ -27,6 +27,11 @@ def lead(label: str, action: str) -> str:
     return f"could not {action} in the archive at {label}"
 
 
+def _can(path: Path, mode: int) -> bool:
+    """``os.access`` for the effective user (a process that switched users is judged as that user)."""
+    return os.access(path, mode, effective_ids=os.access in os.supports_effective_ids)
+
+
 def open_files() -> tuple[int | None, int | None]:
     """(descriptors open in this process, the soft limit ``ulimit -n``) where the OS tells."""
     try:
@@ -55,7 +60,10 @@ def out_of_descriptors() -> bool:
 
 def too_many_open_files(label: str, action: str) -> ArchiveError:
     count, limit = open_files()
-    used = f" ({count} open, limit {limit})" if count is not None and limit is not None else ""
+    if limit is None:
+        used = ""
+    else:
+        used = f" ({count} open, limit {limit})" if count is not None else f" (limit {limit})"
     return ArchiveError(
         f"{lead(label, action)}: this process has too many open files{used}. "
         "Close sessions you no longer need (session.close(), or `with Session(...) as s:`) and archives "
@@ -81,9 +89,11 @@ def disk_full(label: str, path: Path | None, action: str) -> ArchiveError:
 def read_only(label: str, path: Path | None, action: str) -> ArchiveError:
     what = "the file or its folder is read-only"
     if path is not None:
-        if path.exists() and not os.access(path, os.W_OK):
+        if not _can(path.parent, os.X_OK):
+            what = f"the folder {path.parent} cannot be entered (its permissions)"
+        elif os.path.exists(path) and not _can(path, os.W_OK):
             what = f"the file {path} is read-only"
-        elif not os.access(path.parent, os.W_OK):
+        elif not _can(path.parent, os.W_OK):
             what = f"the folder {path.parent} is read-only (SQLite writes its journal next to the file)"
         else:
             what = "the file is on a read-only mount or another process opened it read-only"
@@ -105,7 +115,7 @@ def explain(exc: sqlite3.Error, label: str, path: Path | None, action: str) -> A
             return too_many_open_files(label, action)
         if path is not None and path.is_dir():
             return ArchiveError(f"{lead(label, action)}: {path} is a folder, not a file; {ELSEWHERE}")
-        if path is not None and not os.access(path.parent, os.W_OK | os.X_OK):
+        if path is not None and not _can(path.parent, os.W_OK | os.X_OK):
             return read_only(label, path, action)
     if name.startswith("SQLITE_BUSY") or "locked" in text:
         return ArchiveError(

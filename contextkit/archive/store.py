@@ -32,6 +32,7 @@ from contextkit.archive.records import (
     workbench_file,
 )
 from contextkit.archive.retention import DEFAULT_RETENTION, Retention, plan
+from contextkit.archive.sqlite import SqliteStore
 from contextkit.errors import ArchiveError, UsageError
 from contextkit.markers import has_marker, is_valid_key, key_for
 from contextkit.messages import wire_safe
@@ -66,8 +67,6 @@ def _open_store(location: str | os.PathLike[str] | None) -> tuple[Any, bool]:
         from contextkit.archive.postgres import PostgresStore
 
         return PostgresStore.shared(str(location)), False
-    from contextkit.archive.sqlite import SqliteStore
-
     target = Path(location).expanduser() if location is not None else default_archive_path()
     return SqliteStore.shared(target), location is None
 
@@ -123,8 +122,6 @@ class Archive:
     @classmethod
     def in_memory(cls, *, session_id: str | None = None, read_scopes: Iterable[str] = ()) -> Archive:
         """A private SQLite ``:memory:`` archive (tests, one-shot scripts); gone when closed."""
-        from contextkit.archive.sqlite import SqliteStore
-
         return cls(session_id=session_id, read_scopes=read_scopes, _store=SqliteStore.private(), retention=None)
 
     @property
