@@ -65,8 +65,8 @@ def test_listings_never_read_the_content(tmp_path: Path) -> None:
         assert arc.total_bytes == 2_000_022 and len(arc) == 1
 
 
-def test_sessions_list_each_scope_from_metadata(tmp_path: Path) -> None:
-    with Archive(tmp_path / "s.sqlite", session_id="one") as one, one.with_scope("two") as two:
+def test_sessions_list_each_scope_from_metadata(open_archive) -> None:
+    with open_archive("s", session_id="one") as one, one.with_scope("two") as two:
         one.put("first")
         two.put("second entry")
         two.put("third entry!")
@@ -76,11 +76,12 @@ def test_sessions_list_each_scope_from_metadata(tmp_path: Path) -> None:
     assert infos["two"].first_at <= infos["two"].last_at
 
 
-def test_the_notebook_display_shows_one_page_and_where_the_archive_lives(tmp_path: Path) -> None:
-    with Archive(tmp_path / "d.sqlite", session_id="d") as arc:
+def test_the_notebook_display_shows_one_page_and_where_the_archive_lives(open_archive) -> None:
+    with open_archive("d", session_id="d") as arc:
         for i in range(30):
             arc.put(f"entry {i}", kind="note")
         html = archive_html(arc, limit=5)
-    assert "30 entries (showing the last 5)" in html and str(tmp_path / "d.sqlite") in html
+        where = arc.location
+    assert "30 entries (showing the last 5)" in html and where in html and "password" not in html
     assert "entry 29" not in html  # previews are not shown, keys are
     assert html.count("</tr>") == 6  # the header and five rows

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
@@ -24,8 +23,8 @@ def test_query_parsing_tells_identifiers_from_words() -> None:
 
 
 @pytest.fixture
-def logs(tmp_path: Path):
-    with Archive(tmp_path / "logs.sqlite", session_id="s") as arc:
+def logs(open_archive):
+    with open_archive("logs", session_id="s") as arc:
         arc.put("request failed with ERR_CONN_4471 after retries", kind="log")
         arc.put("request failed with ERR_CONN_44712 after retries", kind="log")  # a longer code
         arc.put("request failed with ERR_CONN and 4471 elsewhere", kind="log")  # the tokens, not the identifier
@@ -63,8 +62,8 @@ def _big(i: int, size: int = 6_000) -> str:
     return "\n".join(filler)
 
 
-def test_a_pack_shares_its_budget_and_excerpts_each_item_around_its_hits(tmp_path: Path) -> None:
-    with Archive(tmp_path / "big.sqlite", session_id="s") as arc:
+def test_a_pack_shares_its_budget_and_excerpts_each_item_around_its_hits(open_archive) -> None:
+    with open_archive("big", session_id="s") as arc:
         for i in range(5):
             arc.put(_big(i), kind="tool_result")
         pack = arc.recall_context_result("checksum mismatch shard", max_items=5, max_tokens=1500)
@@ -72,14 +71,14 @@ def test_a_pack_shares_its_budget_and_excerpts_each_item_around_its_hits(tmp_pat
     body = pack.text.split("\nContext:\n", 1)[1]
     sections = body.split("\n\n[")
     assert len(sections) == 5
-    for n, section in enumerate(sections):
+    for section in sections:
         assert "FATAL checksum mismatch in shard" in section  # the hit, not the head of the file
         assert text_tokens(section) <= 1500 // 5 + 40  # an equal share, not the first item taking all
     assert all(item.shortened for item in pack.items) and "..." in body
 
 
-def test_a_small_item_leaves_its_share_to_the_others(tmp_path: Path) -> None:
-    with Archive(tmp_path / "mix.sqlite", session_id="s") as arc:
+def test_a_small_item_leaves_its_share_to_the_others(open_archive) -> None:
+    with open_archive("mix", session_id="s") as arc:
         arc.put("checksum mismatch: short note", kind="note")
         for i in range(2):
             arc.put(_big(i, 20_000), kind="tool_result")
@@ -90,8 +89,8 @@ def test_a_small_item_leaves_its_share_to_the_others(tmp_path: Path) -> None:
     assert pack.used_tokens <= 900
 
 
-def test_what_a_pack_drops_is_named(tmp_path: Path) -> None:
-    with Archive(tmp_path / "drop.sqlite", session_id="s") as arc:
+def test_what_a_pack_drops_is_named(open_archive) -> None:
+    with open_archive("drop", session_id="s") as arc:
         for i in range(8):
             arc.put(_big(i), kind="tool_result", origin={"tool": "build", "turn": i})
         pack = arc.recall_context_result("checksum mismatch", max_items=8, max_tokens=120)
@@ -103,11 +102,11 @@ def test_what_a_pack_drops_is_named(tmp_path: Path) -> None:
     assert all(marker(k) not in pack.text for k in pack.dropped_keys)  # named, not included
 
 
-def test_an_identifier_finds_its_entry_among_many_similar_ones(tmp_path: Path) -> None:
+def test_an_identifier_finds_its_entry_among_many_similar_ones(open_archive) -> None:
     """30 of 30: each planted code, asked for, is in the pack (the target sits among 300 lookalikes)."""
     rng = random.Random(7)
     codes = [f"E{rng.randint(10_000, 99_999)}_{rng.choice(['DISK', 'NET', 'AUTH'])}" for _ in range(300)]
-    with Archive(tmp_path / "many.sqlite", session_id="s") as arc:
+    with open_archive("many", session_id="s") as arc:
         for i, code in enumerate(codes):
             arc.put(_big(i, 3_000).replace("FATAL", f"FATAL {code}"), kind="tool_result")
         found = 0

@@ -69,7 +69,7 @@ def test_one_archive_object_given_to_two_sessions_gives_each_its_own_scope(gw: G
 def test_thousands_of_sessions_in_one_process_under_ulimit_1024(tmp_path: Path) -> None:
     """2,000 sessions opened and closed (the first 100 each the file's only user, so its connection
     closes with it), and 1,100 open at once, with ``ulimit -n 1024``: one connection for all."""
-    code = textwrap.dedent(f"""
+    code = textwrap.dedent("""
         import resource
         from contextkit._offline import ensure_offline
         ensure_offline()
@@ -80,11 +80,11 @@ def test_thousands_of_sessions_in_one_process_under_ulimit_1024(tmp_path: Path) 
             if i == 100:
                 keeper = Archive()  # a long-lived user: later sessions reuse the open connection
             with Session("openai/gpt-4o-mini", **kw) as s:
-                s.archive.put(f"note {{i}}")
+                s.archive.put(f"note {i}")
         held = [Session("openai/gpt-4o-mini", **kw) for _ in range(1100)]
         for s in held:
             s.archive.put("held " + s.session_id)
-        print(len({{id(s.archive._store) for s in held}}), sum(len(s.archive) for s in held))
+        print(len({id(s.archive._store) for s in held}), sum(len(s.archive) for s in held))
         for s in held:
             s.close()
     """)

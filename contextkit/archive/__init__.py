@@ -16,7 +16,14 @@ from contextkit.archive.recall import (
     recall_inline,
     recall_tool_schema,
 )
-from contextkit.archive.records import ArchivedItem, ArchiveEntry, PruneReport, ScopeInfo, SearchHit, default_archive_path
+from contextkit.archive.records import (
+    ArchivedItem,
+    ArchiveEntry,
+    PruneReport,
+    ScopeInfo,
+    SearchHit,
+    default_archive_path,
+)
 from contextkit.archive.retention import DEFAULT_RETENTION, Retention
 from contextkit.archive.search import ContextItem, RecallContext, recall_context_tool_schema
 from contextkit.archive.store import Archive

@@ -60,10 +60,8 @@ def out_of_descriptors() -> bool:
 
 def too_many_open_files(label: str, action: str) -> ArchiveError:
     count, limit = open_files()
-    if limit is None:
-        used = ""
-    else:
-        used = f" ({count} open, limit {limit})" if count is not None else f" (limit {limit})"
+    shown = f" (limit {limit})" if count is None else f" ({count} open, limit {limit})"
+    used = "" if limit is None else shown
     return ArchiveError(
         f"{lead(label, action)}: this process has too many open files{used}. "
         "Close sessions you no longer need (session.close(), or `with Session(...) as s:`) and archives "
@@ -110,7 +108,7 @@ def explain(exc: sqlite3.Error, label: str, path: Path | None, action: str) -> A
         return disk_full(label, path, action)
     if name.startswith("SQLITE_READONLY") or "readonly" in text:
         return read_only(label, path, action)
-    if name.startswith("SQLITE_CANTOPEN") or "unable to open" in text or name.startswith("SQLITE_IOERR"):
+    if name.startswith(("SQLITE_CANTOPEN", "SQLITE_IOERR")) or "unable to open" in text:
         if out_of_descriptors():
             return too_many_open_files(label, action)
         if path is not None and path.is_dir():

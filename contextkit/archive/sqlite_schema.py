@@ -117,12 +117,10 @@ def _from_0(conn: sqlite3.Connection, progress: Callable[[int], None] | None) ->
     rows = conn.execute(
         "SELECT e.id, e.session_id, b.content FROM entries e JOIN blobs b ON b.key = e.key ORDER BY e.id"
     )
-    done = 0
-    for entry_id, session_id, content in rows.fetchall():
+    for done, (entry_id, session_id, content) in enumerate(rows.fetchall(), 1):
         data = bytes(content)
         conn.execute("UPDATE entries SET preview = ? WHERE id = ?", (preview_of(data), entry_id))
         conn.execute("INSERT INTO terms(rowid, body) VALUES (?, ?)", (entry_id, index_body(session_id, data)))
-        done += 1
         if progress is not None and done % 1000 == 0:
             progress(done)
     conn.execute(

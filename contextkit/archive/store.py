@@ -33,7 +33,7 @@ from contextkit.archive.records import (
 )
 from contextkit.archive.retention import DEFAULT_RETENTION, Retention, plan
 from contextkit.archive.sqlite import SqliteStore
-from contextkit.errors import ArchiveError, UsageError
+from contextkit.errors import UsageError
 from contextkit.markers import has_marker, is_valid_key, key_for
 from contextkit.messages import wire_safe
 
