@@ -41,10 +41,14 @@ if TYPE_CHECKING:
     import polars as pl
 
 __all__ = [
+    "EXIT_MISSING",
     "PRICE_AS",
     "RESULTS_COLUMNS",
     "RunSpec",
+    "describe_missing",
+    "exit_status",
     "load_results",
+    "missing_runs",
     "results_schema",
     "run_one",
     "run_specs",
@@ -106,7 +110,12 @@ RESULTS_COLUMNS: dict[str, str] = {
     "wall_s": "f64",
     "error": "str",
     "note": "str",
+    "worker": "str",
+    "lost_worker": "str",
 }
+# a row of a run that produced no metrics (crashed, never ran, stalled): what the summary leaves out and names
+MISSING_OUTCOMES = ("crashed", "not_run")
+EXIT_MISSING = 3  # the exit status of a grid with runs that crashed or never ran
 
 
 def results_schema() -> pl.Schema:
@@ -243,6 +252,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
         "wall_s": wall,
         "error": run.error,
         "note": run.note,
+        "worker": worker_name(),
     }
     if spec.keep_events:
         row["events"] = [e.to_dict() for e in run.events]
@@ -256,6 +266,18 @@ def _run_one_offline(spec: RunSpec) -> dict[str, Any]:
 
     backend.offline()
     return run_one(spec)
+
+
+def worker_name() -> str:
+    """Where this run ran: the dask worker's address, else host:pid."""
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except (ImportError, ValueError):
+        import socket
+
+        return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _outcome(run: Any, spec: RunSpec) -> str:
@@ -285,6 +307,40 @@ def stalled_row(spec: RunSpec, waited_s: float) -> dict[str, Any]:
     row = crash_row(spec, TimeoutError())
     row.update(outcome="timeout", error=f"timeout: stalled - no run of the sweep finished for {waited_s:g} s")
     return row
+
+
+def _abandoned(row: dict[str, Any]) -> bool:
+    """A row made for a run the sweep stopped waiting for (stalled, never ran)."""
+    return row.get("outcome") == "not_run" or str(row.get("error") or "").startswith("timeout: stalled")
+
+
+def missing_row(spec: RunSpec, reason: str) -> dict[str, Any]:
+    """The row of a run that never ran (``outcome="not_run"``); ``error`` says why."""
+    row = crash_row(spec, RuntimeError())
+    row.update(outcome="not_run", error=reason[:2000])
+    return row
+
+
+def missing_runs(results: pl.DataFrame) -> pl.DataFrame:
+    """The rows without metrics (crashed, never ran, stalled): ``run_id``, ``outcome``, ``error``."""
+    import polars as pl
+
+    gone = pl.col("outcome").is_in(list(MISSING_OUTCOMES)) | pl.col("error").str.starts_with("timeout: stalled").fill_null(False)
+    return results.filter(gone).select("run_id", "outcome", "error", "lost_worker")
+
+
+def describe_missing(results: pl.DataFrame, *, limit: int = 20) -> str:
+    """A few lines naming the runs the grid is missing and why ("" when none)."""
+    gone = missing_runs(results)
+    if gone.is_empty():
+        return ""
+    lines = [f"{gone.height} of {results.height} runs are missing (no metrics; the averages leave them out):"]
+    for r in gone.head(limit).iter_rows(named=True):
+        lost = f" [worker {r['lost_worker']} lost]" if r["lost_worker"] else ""
+        lines.append(f"  {r['run_id']}: {r['outcome']} - {(r['error'] or '')[:160]}{lost}")
+    if gone.height > limit:
+        lines.append(f"  ... and {gone.height - limit} more")
+    return "\n".join(lines)
 
 
 def default_executor(max_workers: int | None = None) -> cf.Executor:
@@ -345,65 +401,52 @@ def run_specs(
     events: list[dict[str, Any]] | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
     stall_timeout: float | None = None,
+    no_worker_grace: float = 30.0,
+    run: Any = None,
 ) -> pl.DataFrame:
     """Run the given runs (any mix of strategies, gateways, seeds and turns) like ``run_sweep``;
     rows in the order of ``specs``. ``checkpoint``: a ``.parquet`` path rewritten (atomically) with
     every run finished so far, so an interrupted or stalled grid still leaves usable results.
+    A finished run is saved and released at once (a worker lost later costs no recomputation; see
+    ``experiments/execution.py``); lost workers are named in ``lost_worker``; runs that never ran
+    (every dask worker gone for ``no_worker_grace`` seconds, a broken pool) are ``not_run`` rows.
     ``stall_timeout``: when no run finishes for that many seconds (a worker hung inside a turn, where
     ``RunSpec.max_wall_s`` cannot stop it), the runs still pending become ``timeout`` rows and the
-    sweep returns instead of waiting for ever."""
+    sweep returns instead of waiting for ever. ``run``: the function run per spec (``run_one``)."""
     if stall_timeout is not None and not stall_timeout > 0:
         raise ValueError(f"stall_timeout must be a positive number of seconds or None, got {stall_timeout!r}")
+    from contextkit.experiments.execution import drive
+
     owned = executor is None
     pool = default_executor() if executor is None else executor
     bar = make_progress(len(specs), progress)
     rows: dict[int, dict[str, Any]] = {}
-    stalled = False
+
+    def take(i: int, row: dict[str, Any]) -> None:
+        rows[i] = row
+        if checkpoint is not None:
+            save_results(_frame([rows[j] for j in sorted(rows)]), checkpoint)
+        bar.set_postfix_str(specs[i].run_id, refresh=False)
+        bar.update(1)
+
+    finished = False
     try:
         from contextkit import backend
 
-        run = _run_one_offline if backend.offline_requested() else run_one
-        futures = {pool.submit(run, spec): i for i, spec in enumerate(specs)}
-        pending = set(futures)
-        while pending:
-            done, pending = cf.wait(pending, timeout=stall_timeout, return_when=cf.FIRST_COMPLETED)
-            if not done:
-                stalled = True
-                for future in pending:
-                    future.cancel()
-                    rows[futures[future]] = stalled_row(specs[futures[future]], stall_timeout or 0.0)
-                break
-            for future in done:
-                i = futures[future]
-                rows[i] = _row_of(future, specs[i])
-                if checkpoint is not None:
-                    save_results(_frame([rows[j] for j in sorted(rows)]), checkpoint)
-                bar.set_postfix_str(specs[i].run_id, refresh=False)
-                bar.update(1)
-        if stalled and checkpoint is not None:
-            save_results(_frame([rows[j] for j in sorted(rows)]), checkpoint)
+        default = _run_one_offline if backend.offline_requested() else run_one
+        drive(specs, run or default, pool, take, crash_row=crash_row, missing_row=missing_row,
+              stall_timeout=stall_timeout, no_worker_grace=no_worker_grace)  # fmt: skip
+        finished = len(rows) == len(specs) and not any(_abandoned(r) for r in rows.values())
     finally:
         bar.close()
         if owned:
-            # a stalled worker would keep shutdown(wait=True) waiting for ever
-            pool.shutdown(wait=not stalled, cancel_futures=True)
+            # a stalled or lost worker would keep shutdown(wait=True) waiting for ever
+            pool.shutdown(wait=finished, cancel_futures=True)
     ordered = [rows[i] for i in range(len(specs))]
     if events is not None:
         for row in ordered:
             events.extend(row.pop("events", []))
     return _frame(ordered)
-
-
-def _row_of(future: cf.Future[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
-    try:
-        return future.result()
-    except cf.BrokenExecutor as exc:
-        raise RuntimeError(
-            f"the sweep's executor broke while running {spec.run_id} ({exc}); "
-            "check that its workers can import contextkit and have memory to spare"
-        ) from exc
-    except Exception as exc:  # noqa: BLE001 - one crashed run must not lose the whole sweep
-        return crash_row(spec, exc)
 
 
 def _frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
@@ -429,3 +472,17 @@ def load_results(path: str | os.PathLike[str]) -> pl.DataFrame:
     import polars as pl
 
     return pl.read_parquet(Path(path))
+
+
+def exit_status(results: pl.DataFrame, *, allow_missing: bool = False) -> int:
+    """0, or ``EXIT_MISSING`` after naming the missing runs on stderr (a grid whose averages leave
+    runs out must not look like a finished one) unless ``allow_missing``."""
+    text = describe_missing(results)
+    if not text:
+        return 0
+    print("\n" + text, file=sys.stderr)
+    if allow_missing:
+        print("(--allow-missing: exiting 0 anyway)", file=sys.stderr)
+        return 0
+    print(f"exiting {EXIT_MISSING}: pass --allow-missing to accept a partial grid", file=sys.stderr)
+    return EXIT_MISSING
