@@ -19,11 +19,28 @@ _AROUND = 120
 _MAX_HITS = 40
 GAP = "\n...\n"
 _MAX_WIDEN = 400
+_SAMPLE = 600
+_MARGIN = 1.15
+
+
+def chars_per_token(content: str, at: int = 0) -> float:
+    """Characters per token of ``content``, from one sample (counting a whole MB-sized original
+    costs more than the pack it goes into): estimates choose what to take, exact counts decide."""
+    sample = content[max(0, at - _SAMPLE // 2) : max(0, at - _SAMPLE // 2) + _SAMPLE] or content[:_SAMPLE]
+    return max(1.0, len(sample) / max(1, text_tokens(sample))) if sample else 4.0
+
+
+def estimate(text: str, cpt: float) -> int:
+    """Tokens of ``text`` from above (a margin over the sampled rate)."""
+    return int(len(text) / cpt * _MARGIN) + 1
 
 
 def fits(content: str, budget: int, count: Callable[[str], int] = text_tokens) -> int | None:
-    """Tokens of ``content`` when it fits in ``budget`` tokens, else None (sliced before counting)."""
+    """Tokens of ``content`` when it fits in ``budget`` tokens, else None. Counted exactly only when an
+    estimate says it may fit, so a large original costs one sample, not a full count."""
     if budget < 1 or len(content) > budget * CHARS_PER_TOKEN_BOUND:
+        return None
+    if len(content) > budget * 2 and estimate(content, chars_per_token(content)) > budget * 1.5:
         return None
     tokens = count(content)
     return tokens if tokens <= budget else None
@@ -72,7 +89,7 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _widen(content: str, spans: list[tuple[int, int]], room: int) -> list[tuple[int, int]]:
+def _widen(content: str, spans: list[tuple[int, int]], room: int, cpt: float) -> list[tuple[int, int]]:
     """Grow every window by whole lines, one above and one below in turn, while ``room`` tokens last:
     the hits come with their context instead of leaving the item's share unused."""
     spans = list(spans)
@@ -91,7 +108,7 @@ def _widen(content: str, spans: list[tuple[int, int]], room: int) -> list[tuple[
                     continue
                 if len(piece) > LONG_LINE * 4:
                     continue
-                cost = text_tokens(piece)
+                cost = estimate(piece, cpt)
                 if cost > room:
                     continue
                 room -= cost
@@ -113,20 +130,21 @@ def excerpt(content: str, patterns: Sequence[re.Pattern[str]], budget: int) -> t
     if not hits:
         head = content[: budget * CHARS_PER_TOKEN_BOUND]
         return truncate_to_tokens(head, budget), True
+    cpt = chars_per_token(content, hits[0][0])
     taken: list[tuple[int, int]] = []
     used = 2  # the leading and trailing "..." lines
     for start, end in hits:
         a, b = _window(content, start, end)
         if any(a >= x and b <= y for x, y in taken):
             continue
-        cost = text_tokens(content[a:b]) + 2  # the window and its "..." separator (an estimate from above)
+        cost = estimate(content[a:b], cpt) + 2  # the window and its "..." separator (an estimate from above)
         if used + cost <= budget:
             taken, used = _merge([*taken, (a, b)]), used + cost
         elif not taken:  # even one line is too long: a window around the hit, cut to the budget
             room = max(budget * 3, 16)
             a, b = max(0, start - room // 2), min(len(content), end + room // 2)
             return truncate_to_tokens(_render(content, [(a, b)]), budget), True
-    taken = _widen(content, taken, budget - used)
+    taken = _widen(content, taken, budget - used, cpt)
     text = _render(content, taken)
     if text_tokens(text) > budget:
         text = truncate_to_tokens(text, budget)

@@ -156,7 +156,13 @@ def _build(archive: Searchable, hits: list[SearchHit], query: Query, max_tokens:
     found = [(hit, content) for hit in hits if (content := archive.get(hit.key)) is not None]
     # the pack is for a model: valid text only (lone surrogates become U+FFFD)
     found = [(hit, c.encode("utf-8", "surrogatepass").decode("utf-8", "replace")) for hit, c in found]
-    headers = [text_tokens(_section(i + 1, hit.key, "")) + (1 if i else 0) for i, (hit, _) in enumerate(found)]
+    # every header is "[i] <<ccr:16 hex>>\n": count one per width of i, not one per item
+    header_of: dict[int, int] = {}
+    for i, (hit, _) in enumerate(found):
+        width = len(str(i + 1))
+        if width not in header_of:
+            header_of[width] = text_tokens(_section(i + 1, hit.key, ""))
+    headers = [header_of[len(str(i + 1))] + (1 if i else 0) for i in range(len(found))]
     keep = len(found)
     while keep > 1 and sum(headers[:keep]) + keep * MIN_ITEM_TOKENS > max_tokens:
         keep -= 1
