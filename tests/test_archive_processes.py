@@ -121,8 +121,8 @@ SESSION = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from contextkit._offline import ensure_offline
-    ensure_offline()
+    import contextkit
+    contextkit.offline()
     from contextkit import Archive, Session
 
     location, api_base, me, other, folder = sys.argv[1:6]

@@ -71,8 +71,8 @@ def test_thousands_of_sessions_in_one_process_under_ulimit_1024(tmp_path: Path) 
     closes with it), and 1,100 open at once, with ``ulimit -n 1024``: one connection for all."""
     code = textwrap.dedent("""
         import resource
-        from contextkit._offline import ensure_offline
-        ensure_offline()
+        import contextkit
+        contextkit.offline()
         from contextkit import Archive, Session
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
         kw = dict(api_base="http://127.0.0.1:9/v1", api_key="k", status=None)
