@@ -301,3 +301,12 @@ async def _async_puts(archive: Archive) -> list[str | None]:
 def test_archive_is_usable_from_asyncio(archive: Archive) -> None:
     keys = asyncio.run(_async_puts(archive))
     assert [archive.get(k or "") for k in keys] == [f"async {i}" for i in range(20)]
+
+
+def test_a_database_url_is_shown_and_saved_without_its_password() -> None:
+    from contextkit.archive.postgres import safe_label
+    from contextkit.archive.store import is_database_url
+
+    url = "postgresql://ck:s3cret@db:5432/x?options=-csearch_path%3Dt1&password=zz&sslmode=require"
+    assert safe_label(url) == "postgresql://ck@db:5432/x?options=-csearch_path%3Dt1&sslmode=require"
+    assert is_database_url(url) and is_database_url("postgres://h/db") and not is_database_url("archive.sqlite")

@@ -94,3 +94,19 @@ def test_thousands_of_sessions_in_one_process_under_ulimit_1024(tmp_path: Path) 
     assert out.stdout.split() == ["1", "1100"]
     with Archive(tmp_path / "many.sqlite") as arc:
         assert len(arc.sessions()) == 3100
+
+
+@pytest.mark.real
+def test_a_session_on_postgresql_is_saved_by_its_url_and_loaded_back(gw: GatewaySimulator, postgres_server, tmp_path: Path) -> None:
+    from helpers.archives import postgres_opener
+
+    url = postgres_opener(postgres_server).url_for("saved")
+    with make(gw, archive=Archive(url), session_id="pg") as s:
+        key = s.archive.put("kept in the database")
+        s.send("hello")
+        saved = s.save(tmp_path / "s.json")
+    assert not (tmp_path / "s.archive.sqlite").exists()  # a database archive is never copied to a file
+    data = __import__("json").loads(saved.read_text())
+    assert data["archive"]["url"].startswith("postgresql://postgres@127.0.0.1:") and data["archive"]["path"] is None
+    with Session.load(saved, api_base=gw.api_base, api_key="sim-key", status=None) as again:
+        assert again.archive.get(key or "") == "kept in the database"

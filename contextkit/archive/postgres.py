@@ -47,16 +47,18 @@ _LOCK_ID = 0x636B_6172  # the advisory lock that serializes creating the tables
 
 
 def safe_label(url: str) -> str:
-    """``url`` without its password (what messages and ``archive.location`` show)."""
-    from psycopg.conninfo import conninfo_to_dict
+    """``url`` without its password (in the user part or a ``password=`` parameter), everything else
+    kept (``options``, ``sslmode``...): what messages, ``archive.location`` and saved sessions show,
+    and what ``Session.load`` reopens (libpq then finds the password in ``PGPASSWORD`` or ``~/.pgpass``)."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-    try:
-        parts = conninfo_to_dict(url)
-    except Exception:  # noqa: BLE001 - a URL psycopg cannot read: show its scheme and host part only
-        return url.split("@")[-1] if "@" in url else url
-    user, port = str(parts.get("user") or ""), str(parts.get("port") or "")
-    host, db = str(parts.get("host") or "localhost"), str(parts.get("dbname") or "")
-    return f"postgresql://{user + '@' if user else ''}{host}{':' + port if port else ''}/{db}"
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        user, host = netloc.rsplit("@", 1)
+        netloc = f"{user.split(':', 1)[0]}@{host}"
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k.lower() != "password"])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def tsvector_literal(session_id: str, data: bytes) -> str:
