@@ -10,8 +10,8 @@ cost follows the session, not the file. Reading a granted scope adds that scope'
 
 **Queries.** ``parse_query`` splits the text at whitespace. A chunk that looks like an identifier
 (letters and digits mixed, an internal ``_ . / : - # @ \\ =``, camelCase, a number of three or
-more digits; not ALLCAPS alone, which is as often a shouted word or SQL as a constant) becomes a *required phrase*: every one must match,
-token for token, in order. The other words are *optional*: they rank (BM25 in SQLite). English
+more digits; not ALLCAPS alone, which is as often a shouted word or SQL as a constant) becomes a
+*required phrase*: every one must match, token for token, in order. The other words are *optional*: they rank (BM25 in SQLite). English
 stop words are left out unless nothing else is left. User text never reaches the backends'
 query syntax: terms are built from tokens, which hold only letters and digits.
 """

@@ -10,7 +10,6 @@ metadata, never from the content; retention works on whole sessions (``archive/r
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import time
 import weakref
@@ -22,17 +21,15 @@ from contextkit.archive.query import Query, parse_query
 from contextkit.archive.records import (
     ArchivedItem,
     ArchiveEntry,
-    PruneReport,
-    ScopeInfo,
     SearchHit,
     decode_content,
     default_archive_path,
     encode_content,
     origin_parts,
-    workbench_file,
 )
-from contextkit.archive.retention import DEFAULT_RETENTION, Retention, plan
+from contextkit.archive.retention import DEFAULT_RETENTION, Retention
 from contextkit.archive.sqlite import SqliteStore
+from contextkit.archive.upkeep import Upkeep
 from contextkit.errors import UsageError
 from contextkit.markers import has_marker, is_valid_key, key_for
 from contextkit.messages import wire_safe
@@ -46,7 +43,6 @@ __all__ = ["Archive", "ArchiveEntry", "ArchivedItem", "SearchHit", "default_arch
 
 DEFAULT_SCOPE = "default"
 _DEFAULT: Any = object()  # the retention sentinel: DEFAULT_RETENTION for the default location, else none
-_RETENTION_CHECKED = "retention_checked_at"
 
 
 def _check_scope(value: object, what: str = "session_id") -> str:
@@ -75,7 +71,7 @@ def _release(store: Any, holder: list[str]) -> None:
     store.release(holder[0])
 
 
-class Archive:
+class Archive(Upkeep):
     """Verbatim store for everything compaction removes; see the module docstring.
 
     ``path``: an SQLite file (default: ``CONTEXTKIT_ARCHIVE``, else the per-user file
@@ -192,11 +188,6 @@ class Archive:
         except BaseException:
             self._store.release(None)
             raise
-
-    def sessions(self) -> list[ScopeInfo]:
-        """Every session that archived into this file/database (entries, bytes, first and last write),
-        longest idle first: what retention and ``prune`` choose from."""
-        return list(self._store.scope_infos())
 
     # lifecycle ------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -354,90 +345,6 @@ class Archive:
         if not isinstance(query, str):
             raise UsageError(f"query must be text, got {type(query).__name__}")
         return self.find(parse_query(query), int(limit))
-
-    # retention ------------------------------------------------------------------------------------
-    def prune(
-        self,
-        *,
-        older_than: float | dt.timedelta | None = None,
-        max_bytes: int | str | None = None,
-        sessions: Iterable[str] = (),
-        dry_run: bool = False,
-        keep_recent: float | dt.timedelta = 0.0,
-    ) -> PruneReport:
-        """Remove whole sessions from the file: those named in ``sessions``, those not written for
-        ``older_than`` (seconds or a timedelta), then the longest-idle ones until the file's content
-        is at most ``max_bytes`` (bytes or "500MB"). Sessions open in this process are kept, and so
-        are those written within ``keep_recent``. Their workbench files go with them. Reclaims the
-        freed space when that pays (``optimize``). ``dry_run`` only reports."""
-        from contextkit.sizing import parse_size
-
-        age = older_than.total_seconds() if isinstance(older_than, dt.timedelta) else older_than
-        recent = keep_recent.total_seconds() if isinstance(keep_recent, dt.timedelta) else float(keep_recent)
-        cap = parse_size(max_bytes, what="max_bytes") if max_bytes is not None else None
-        if age is not None and (isinstance(age, bool) or not isinstance(age, int | float) or age < 0):
-            raise UsageError(f"older_than must be seconds >= 0 or a timedelta, got {older_than!r}")
-        named = [sessions] if isinstance(sessions, str) else list(sessions)
-        for name in named:
-            _check_scope(name, "a session to prune")
-        infos = self._store.scope_infos()
-        live = self._store.live_scopes()
-        chosen, kept = plan(infos, time.time(), older_than=age, max_bytes=cap, named=named, protected=live,
-                            keep_recent_s=recent)  # fmt: skip
-        sizes = {s.session_id: s for s in infos}
-        if dry_run:
-            return PruneReport(tuple(chosen), sum(sizes[s].entries for s in chosen), sum(sizes[s].bytes for s in chosen),
-                               dry_run=True, kept_live=tuple(kept))  # fmt: skip
-        before = self._file_bytes()
-        entries = size = blobs = files = 0
-        for scope in chosen:
-            n, b, k = self._store.delete_scope(scope)
-            entries, size, blobs = entries + n, size + b, blobs + k
-            files += self._remove_workbench(scope)
-        if chosen:
-            self._store.optimize()
-        reclaimed = max(0, before - self._file_bytes()) if chosen else 0
-        return PruneReport(tuple(chosen), entries, size, blobs, files, reclaimed, kept_live=tuple(kept))
-
-    def optimize(self, *, vacuum: bool | None = None) -> list[str]:
-        """Bounded index upkeep, and giving free space back to the disk when it pays (more than a
-        quarter of the file free) or when ``vacuum=True``; the steps taken."""
-        return list(self._store.optimize(vacuum=vacuum))
-
-    def _file_bytes(self) -> int:
-        return int(self._store.file_bytes())
-
-    def _remove_workbench(self, scope: str) -> int:
-        if self.path is None:
-            return 0
-        target = workbench_file(self.path, scope)
-        try:
-            target.unlink()
-        except FileNotFoundError:
-            return 0
-        except OSError:
-            return 0
-        return 1
-
-    def _apply_retention(self, rules: Retention) -> PruneReport | None:
-        """The rules, when they last ran more than ``rules.every_s`` ago (the time is kept in the file)."""
-        now = time.time()
-        last = self._store.get_meta(_RETENTION_CHECKED)
-        try:
-            due = last is None or now - float(last) >= rules.every_s
-        except ValueError:
-            due = True
-        if not due:
-            return None
-        self._store.set_meta(_RETENTION_CHECKED, repr(now))
-        if last is None and not self._store.scope_infos():
-            return None
-        report = self.prune(older_than=rules.max_age_s, max_bytes=rules.max_bytes, keep_recent=rules.keep_recent_s)
-        if report.scopes:
-            import logging
-
-            logging.getLogger("contextkit").info("archive %s: retention %s", self.location, report.describe())
-        return report
 
     # recall (implemented in recall.py / search.py) -------------------------------------------------
     def recall(self, payload: str, *, max_bytes: int | None = None) -> RecallResult:

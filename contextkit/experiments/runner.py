@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from contextkit.experiments.missing import EXIT_MISSING, describe_missing, exit_status, missing_runs
 from contextkit.experiments.progress import make_progress
 from contextkit.experiments.registry import BASELINES, STRATEGIES, run_strategy
 from contextkit.experiments.strategies import PRICE_AS
@@ -113,9 +114,6 @@ RESULTS_COLUMNS: dict[str, str] = {
     "worker": "str",
     "lost_worker": "str",
 }
-# a row of a run that produced no metrics (crashed, never ran, stalled): what the summary leaves out and names
-MISSING_OUTCOMES = ("crashed", "not_run")
-EXIT_MISSING = 3  # the exit status of a grid with runs that crashed or never ran
 
 
 def results_schema() -> pl.Schema:
@@ -321,28 +319,6 @@ def missing_row(spec: RunSpec, reason: str) -> dict[str, Any]:
     return row
 
 
-def missing_runs(results: pl.DataFrame) -> pl.DataFrame:
-    """The rows without metrics (crashed, never ran, stalled): ``run_id``, ``outcome``, ``error``."""
-    import polars as pl
-
-    gone = pl.col("outcome").is_in(list(MISSING_OUTCOMES)) | pl.col("error").str.starts_with("timeout: stalled").fill_null(False)
-    return results.filter(gone).select("run_id", "outcome", "error", "lost_worker")
-
-
-def describe_missing(results: pl.DataFrame, *, limit: int = 20) -> str:
-    """A few lines naming the runs the grid is missing and why ("" when none)."""
-    gone = missing_runs(results)
-    if gone.is_empty():
-        return ""
-    lines = [f"{gone.height} of {results.height} runs are missing (no metrics; the averages leave them out):"]
-    for r in gone.head(limit).iter_rows(named=True):
-        lost = f" [worker {r['lost_worker']} lost]" if r["lost_worker"] else ""
-        lines.append(f"  {r['run_id']}: {r['outcome']} - {(r['error'] or '')[:160]}{lost}")
-    if gone.height > limit:
-        lines.append(f"  ... and {gone.height - limit} more")
-    return "\n".join(lines)
-
-
 def default_executor(max_workers: int | None = None) -> cf.Executor:
     """A local process pool with spawned workers (safe with the threads litellm and the simulator
     start). When ``__main__`` cannot be re-imported by a spawned worker (``python -`` or ``-c``),
@@ -472,17 +448,3 @@ def load_results(path: str | os.PathLike[str]) -> pl.DataFrame:
     import polars as pl
 
     return pl.read_parquet(Path(path))
-
-
-def exit_status(results: pl.DataFrame, *, allow_missing: bool = False) -> int:
-    """0, or ``EXIT_MISSING`` after naming the missing runs on stderr (a grid whose averages leave
-    runs out must not look like a finished one) unless ``allow_missing``."""
-    text = describe_missing(results)
-    if not text:
-        return 0
-    print("\n" + text, file=sys.stderr)
-    if allow_missing:
-        print("(--allow-missing: exiting 0 anyway)", file=sys.stderr)
-        return 0
-    print(f"exiting {EXIT_MISSING}: pass --allow-missing to accept a partial grid", file=sys.stderr)
-    return EXIT_MISSING
