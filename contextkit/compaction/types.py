@@ -191,7 +191,7 @@ class WorkbenchWriter:
     def __call__(self, messages: Sequence[Message], info: CompactionInfo) -> None:
         if not self._announced:
             self._announced = True
-            logging.getLogger("contextkit").info("workbench: messages set aside by compaction go to %s", self.path)
+            logging.getLogger("contextkit").debug("workbench: messages set aside by compaction go to %s", self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         parts = [f"\n## {stamp} - {info.phase} ({info.trigger}): {len(messages)} messages set aside\n"]
