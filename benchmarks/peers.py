@@ -13,7 +13,9 @@ Prints per cell and strategy: completion rate, needle accuracy (mean and min-max
 rejected requests per session, prompt tokens, cost per session priced as a named real model,
 summarizer calls, wall time; then a one-line verdict per cell and the acceptance bars of the
 standard cell (contextkit completes 100%, has the highest needle accuracy and >= 95%, and the
-lowest cost among strategies that complete), each marked met or NOT MET.
+lowest cost among strategies that complete), each marked met or NOT MET. A grid with runs that
+crashed or never ran (a lost worker, every worker gone) names them and exits 3 unless
+``--allow-missing``; each cell says how many runs its averages are based on.
 
     python benchmarks/peers.py                        # the full grid (long: run it in the background)
     python benchmarks/peers.py --standard-seeds 2 --other-seeds 1 --turns 12    # a quick look
@@ -39,7 +41,7 @@ from contextkit.experiments.arena import (
     peer_notes,
     summarize_arena,
 )
-from contextkit.experiments.runner import PRICE_AS, run_specs
+from contextkit.experiments.runner import PRICE_AS, exit_status, run_specs
 
 
 def _executor(args: argparse.Namespace) -> tuple[object, object | None, object | None]:
@@ -125,10 +127,16 @@ def main(argv: list[str] | None = None) -> int:
         "(default: 2 x --max-wall; a worker hung inside one turn cannot stall the grid)",
     )
     parser.add_argument("--load", default=None, help="print the table of a saved results file and exit")
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="exit 0 even when runs crashed or never ran (default: exit 3, naming them)",
+    )
     args = parser.parse_args(argv)
     if args.load:
-        report(load_results(args.load))
-        return 0
+        loaded = load_results(args.load)
+        report(loaded)
+        return exit_status(loaded, allow_missing=args.allow_missing)
     gateways = cells()
     if args.cells:
         wanted = set(args.cells.split(","))
@@ -153,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     out = save_results(results, Path(args.out))
     print(f"\nwrote {out}")
     report(results, started)
-    return 0
+    return exit_status(results, allow_missing=args.allow_missing)
 
 
 if __name__ == "__main__":

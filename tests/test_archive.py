@@ -47,8 +47,9 @@ def db_state(path: Path) -> tuple[bytes, bytes, tuple[int, ...]]:
 
 
 @pytest.fixture
-def archive(tmp_path: Path):
-    with Archive(tmp_path / "a.sqlite", session_id="s1") as arc:
+def archive(open_archive):
+    """Every test that takes it runs on both backends (SQLite file, PostgreSQL)."""
+    with open_archive("a", session_id="s1") as arc:
         yield arc
 
 
@@ -85,11 +86,10 @@ def test_content_with_marker_is_not_archived_unless_allowed(archive: Archive) ->
 
 
 # round trip ------------------------------------------------------------------------------------
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(text=st.text(alphabet=ANY_CHAR, max_size=300))
-def test_round_trip_any_text(tmp_path_factory: pytest.TempPathFactory, text: str) -> None:
-    path = tmp_path_factory.getbasetemp() / "roundtrip.sqlite"
-    with Archive(path) as arc:
+def test_round_trip_any_text(open_archive, text: str) -> None:
+    with open_archive("roundtrip") as arc:
         key = arc.put(text, allow_markers=True)
         assert key is not None
         got = arc.get(key)
@@ -100,12 +100,13 @@ def test_round_trip_any_text(tmp_path_factory: pytest.TempPathFactory, text: str
 @settings(
     max_examples=4,
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
+                           HealthCheck.function_scoped_fixture],
 )
 @given(unit=st.text(alphabet=ANY_CHAR, min_size=1, max_size=40), size=st.integers(200_000, 3_000_000))
-def test_round_trip_huge_text(tmp_path_factory: pytest.TempPathFactory, unit: str, size: int) -> None:
+def test_round_trip_huge_text(open_archive, unit: str, size: int) -> None:
     text = (unit * (size // len(unit) + 1))[:size]
-    with Archive(tmp_path_factory.getbasetemp() / "huge.sqlite") as arc:
+    with open_archive("huge") as arc:
         key = arc.put(text, allow_markers=True)
         assert key is not None
         assert arc.get(key) == text
@@ -154,17 +155,24 @@ def test_origin_string_and_separator_safety(archive: Archive) -> None:
     assert entry is not None and entry.origin == "weird / origin with newline"
 
 
-def test_persists_across_reopen(tmp_path: Path) -> None:
-    path = tmp_path / "nested" / "dir" / "archive.sqlite"
-    with Archive(path, session_id="s") as arc:
+def test_persists_across_reopen(open_archive, archive_backend: str) -> None:
+    with open_archive("reopen", session_id="s") as arc:
         key = arc.put("survives a restart", kind="segment")
-    assert path.exists()
-    with Archive(path, session_id="s") as again:
+        where = arc.location
+    with open_archive("reopen", session_id="s") as again:
         assert again.get(key or "") == "survives a restart"
         assert len(again) == 1
         assert again.entries()[0].kind == "segment"
-    with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    if archive_backend == "sqlite":
+        with sqlite3.connect(where) as raw:
+            assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_nested_folder_is_created(tmp_path: Path) -> None:
+    path = tmp_path / "nested" / "dir" / "archive.sqlite"
+    with Archive(path, session_id="s") as arc:
+        arc.put("x")
+    assert path.exists()
 
 
 def test_in_memory_archive_works_and_is_private() -> None:
@@ -176,9 +184,8 @@ def test_in_memory_archive_works_and_is_private() -> None:
 
 
 # scoping ----------------------------------------------------------------------------------------
-def test_sessions_read_only_their_scope_unless_granted(tmp_path: Path) -> None:
-    path = tmp_path / "shared.sqlite"
-    with Archive(path, session_id="A") as a, Archive(path, session_id="B") as b:
+def test_sessions_read_only_their_scope_unless_granted(open_archive) -> None:
+    with open_archive("shared", session_id="A") as a, open_archive("shared", session_id="B") as b:
         key_a = a.put("secret of A")
         key_b = b.put("note of B")
         assert key_a and key_b
@@ -189,9 +196,9 @@ def test_sessions_read_only_their_scope_unless_granted(tmp_path: Path) -> None:
         b.grant("A")
         assert b.get(key_a) == "secret of A"
         assert len(b) == 2 and b.scopes == ("B", "A")
-    with Archive(path, session_id="C", read_scopes=["A"]) as c:
+    with open_archive("shared", session_id="C", read_scopes=["A"]) as c:
         assert c.get(key_a) == "secret of A" and c.get(key_b) is None
-    with Archive(path, session_id="D", read_scopes="B") as d:  # a lone string is one scope, not letters
+    with open_archive("shared", session_id="D", read_scopes="B") as d:  # a lone string is one scope, not letters
         assert d.scopes == ("D", "B") and d.get(key_b) == "note of B"
 
 
@@ -294,3 +301,12 @@ async def _async_puts(archive: Archive) -> list[str | None]:
 def test_archive_is_usable_from_asyncio(archive: Archive) -> None:
     keys = asyncio.run(_async_puts(archive))
     assert [archive.get(k or "") for k in keys] == [f"async {i}" for i in range(20)]
+
+
+def test_a_database_url_is_shown_and_saved_without_its_password() -> None:
+    from contextkit.archive.postgres import safe_label
+    from contextkit.archive.store import is_database_url
+
+    url = "postgresql://ck:s3cret@db:5432/x?options=-csearch_path%3Dt1&password=zz&sslmode=require"
+    assert safe_label(url) == "postgresql://ck@db:5432/x?options=-csearch_path%3Dt1&sslmode=require"
+    assert is_database_url(url) and is_database_url("postgres://h/db") and not is_database_url("archive.sqlite")

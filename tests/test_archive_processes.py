@@ -1,13 +1,17 @@
-"""The archive across real processes: persistence after exit and concurrent writers."""
+"""The archive across real processes: persistence after exit, concurrent writers, sessions sharing one database."""
 
 from __future__ import annotations
 
+import ast
 import itertools
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
+from helpers.archives import postgres_opener
 
 from contextkit.archive import Archive
 from contextkit.markers import key_for
@@ -77,8 +81,8 @@ def test_reader_open_before_a_writer_sees_its_puts(tmp_path: Path) -> None:
         assert reader.recall_context_result("late").used_items == 1
 
 
-def test_two_processes_writing_concurrently_lose_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "busy.sqlite"
+def test_two_processes_writing_concurrently_lose_nothing(tmp_path: Path, open_archive) -> None:
+    path = open_archive.url_for("busy")  # an SQLite file, or a PostgreSQL database
     go = tmp_path / "go"
     count = 200
     procs = [
@@ -99,7 +103,7 @@ def test_two_processes_writing_concurrently_lose_nothing(tmp_path: Path) -> None
     for proc, (out, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
         assert out.startswith("done")
-    with Archive(path, session_id="shared") as arc:
+    with open_archive("busy", session_id="shared") as arc:
         assert len(arc) == 2 * count
         for name in ("alpha", "beta"):
             for i in range(count):
@@ -111,3 +115,55 @@ def test_two_processes_writing_concurrently_lose_nothing(tmp_path: Path) -> None
         assert arc.recall_context_result("alpha", max_items=50).used_items > 0
         private = arc.with_scope("alpha")
         assert len(private) == len(range(0, count, 7))
+
+
+SESSION = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    import contextkit
+    contextkit.offline()
+    from contextkit import Archive, Session
+
+    location, api_base, me, other, folder = sys.argv[1:6]
+    archive = Archive(location, session_id=me, read_scopes=[other])
+    with Session("openai/sim-model", api_base=api_base, api_key="k", archive=archive, session_id=me, status=None) as s:
+        key = s.archive.put(f"notes of {me}: the build uses port 84{me[-1]}3", kind="note")
+        (Path(folder) / f"{me}.key").write_text(key)
+        s.send("hello from " + me)
+        deadline = time.monotonic() + 60
+        while not (Path(folder) / f"{other}.key").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        theirs = (Path(folder) / f"{other}.key").read_text()
+        reply = s.send(f"what did the other process note? @recall <<ccr:{theirs}>>")
+        recalled = [m.content for m in s.history if m.is_recall]
+        own = [e.session_id for e in s.archive.entries()]
+        print(repr((recalled, sorted(set(own)), reply.text != "")))
+    archive.close()
+    """
+)
+
+
+@pytest.mark.real
+def test_sessions_in_two_processes_share_one_database_each_in_its_own_scope(tmp_path: Path, postgres_server, gw) -> None:
+    """PostgreSQL: the archive for many hosts (an SQLite file shared by processes is covered above)."""
+    open_archive = postgres_opener(postgres_server)
+    location = open_archive.url_for("fleet")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SESSION, location, gw.api_base, me, other, str(tmp_path)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for me, other in (("pa", "pb"), ("pb", "pa"))
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+        results.append(ast.literal_eval(out.strip().splitlines()[-1]))
+    for (recalled, listed_scopes, answered), other in zip(results, ("pb", "pa"), strict=True):
+        assert any(f"notes of {other}: the build uses port" in text for text in recalled)  # a granted scope, across processes
+        assert set(listed_scopes) <= {"pa", "pb"} and answered
+    with open_archive("fleet", session_id="pa") as pa, open_archive("fleet", session_id="pb") as pb:
+        assert [e.session_id for e in pa.entries()] == ["pa"] and [e.session_id for e in pb.entries()] == ["pb"]
+        assert pa.get((tmp_path / "pb.key").read_text()) is None  # not granted here: its own scope only

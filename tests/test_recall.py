@@ -128,8 +128,9 @@ def test_plain_list_of_bare_keys_is_accepted_but_prose_is_not() -> None:
 
 # archive-backed recall ---------------------------------------------------------------------------
 @pytest.fixture
-def archive(tmp_path: Path):
-    with Archive(tmp_path / "r.sqlite", session_id="s") as arc:
+def archive(open_archive):
+    """Every test that takes it runs on both backends (SQLite file, PostgreSQL)."""
+    with open_archive("r", session_id="s") as arc:
         yield arc
 
 
@@ -332,9 +333,8 @@ def test_hostile_queries_are_safe_and_read_only(tmp_path: Path) -> None:
         assert raw.execute("SELECT count(*) FROM entries").fetchone()[0] == len(CORPUS)
 
 
-def test_recall_context_respects_scopes(tmp_path: Path) -> None:
-    path = tmp_path / "scoped.sqlite"
-    with Archive(path, session_id="A") as a, Archive(path, session_id="B") as b:
+def test_recall_context_respects_scopes(open_archive) -> None:
+    with open_archive("scoped", session_id="A") as a, open_archive("scoped", session_id="B") as b:
         a.put("kubernetes deployment manifest for A")
         assert b.recall_context("kubernetes") == "No matching archived context was found."
         assert b.grant("A").recall_context_result("kubernetes").used_items == 1

@@ -1,40 +1,36 @@
-"""The SQLite archive: verbatim content behind ``<<ccr:KEY>>`` markers, scoped by session.
+"""The archive: verbatim content behind ``<<ccr:KEY>>`` markers, scoped by session.
 
-Layout (one file, WAL mode, shared by every process of the user)::
-
-    blobs(id, key UNIQUE, content BLOB, bytes)       content stored once per key
-    entries(session_id, key, kind, origin_json,       one row per (session, key): who archived what
-            origin_text, turn, bytes, created_at)
-    fts(body)                                         contentless FTS5 index, rowid = blobs.id
-
-One connection per ``Archive`` root guarded by a lock (thread- and asyncio-safe); SQLite's file
-locks plus ``busy_timeout`` make several processes writing at once safe. Views made by
-``with_scope`` share that connection. Recalls and searches only read.
+``Archive(path)`` is an SQLite file (the embedded default, ``archive/sqlite.py``);
+``Archive("postgresql://...")`` a PostgreSQL database shared by many processes or machines
+(``archive/postgres.py``). Both have the same API and the same search semantics (``archive/query.py``).
+Every ``Archive`` of one file in a process shares one connection; ``with_scope`` makes a view for
+another session over it. Recalls and searches only read. Listings, counts and sizes come from
+metadata, never from the content; retention works on whole sessions (``archive/retention.py``).
 """
 
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from contextkit.archive._db import (
-    PREVIEW_CHARS,
+from contextkit.archive.query import Query, parse_query
+from contextkit.archive.records import (
+    ArchivedItem,
     ArchiveEntry,
     SearchHit,
-    Store,
     decode_content,
     default_archive_path,
     encode_content,
     origin_parts,
-    searchable_text,
-    single_line,
 )
-from contextkit.errors import ArchiveError, UsageError
+from contextkit.archive.retention import DEFAULT_RETENTION, Retention
+from contextkit.archive.sqlite import SqliteStore
+from contextkit.archive.upkeep import Upkeep
+from contextkit.errors import UsageError
 from contextkit.markers import has_marker, is_valid_key, key_for
 from contextkit.messages import wire_safe
 
@@ -43,30 +39,48 @@ if TYPE_CHECKING:
     from contextkit.archive.search import RecallContext
     from contextkit.messages import Message, Origin
 
-__all__ = ["Archive", "ArchiveEntry", "SearchHit", "default_archive_path"]
+__all__ = ["Archive", "ArchiveEntry", "ArchivedItem", "SearchHit", "default_archive_path"]
 
 DEFAULT_SCOPE = "default"
+_DEFAULT: Any = object()  # the retention sentinel: DEFAULT_RETENTION for the default location, else none
 
 
-@dataclass(frozen=True, slots=True)
-class ArchivedItem:
-    """What an observer hears about a newly stored entry (no content)."""
-
-    key: str
-    kind: str
-    bytes: int
-    origin: str
-    turn: int | None
+def _check_scope(value: object, what: str = "session_id") -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"{what} must be a non-empty string, got {value!r}")
+    if wire_safe(value) != value or "\x00" in value:
+        raise UsageError(f"{what} must be valid Unicode text (no lone surrogates, no NUL), got {value!r}")
+    return value
 
 
-class Archive:
-    """Verbatim store for everything compaction removes; see the module docstring for the layout.
+def is_database_url(location: object) -> bool:
+    return isinstance(location, str) and location.split("://", 1)[0].lower() in ("postgresql", "postgres")
 
-    ``session_id`` is the scope this archive writes to and reads from; ``read_scopes`` (or
-    ``grant``) add other scopes it may read. ``with_scope`` makes a view for another session
-    over the same database. Without a ``session_id`` the scope is ``"default"`` until a
-    ``Session`` adopts the archive: it then writes under that session's id (``adopt``), so
-    reopening the file with the session's id finds what the session archived.
+
+def _open_store(location: str | os.PathLike[str] | None) -> tuple[Any, bool]:
+    """(the store for ``location``, whether it is the default location)."""
+    if is_database_url(location):
+        from contextkit.archive.postgres import PostgresStore
+
+        return PostgresStore.shared(str(location)), False
+    target = Path(location).expanduser() if location is not None else default_archive_path()
+    return SqliteStore.shared(target), location is None
+
+
+def _release(store: Any, holder: list[str]) -> None:
+    store.release(holder[0])
+
+
+class Archive(Upkeep):
+    """Verbatim store for everything compaction removes; see the module docstring.
+
+    ``path``: an SQLite file (default: ``CONTEXTKIT_ARCHIVE``, else the per-user file
+    ``~/.local/share/contextkit/archive.sqlite``; ``archive.location`` says which) or a
+    ``postgresql://`` URL. ``session_id`` is the scope this archive writes to and reads from;
+    ``read_scopes`` (or ``grant``) add other scopes it may read. Without a ``session_id`` the scope
+    is ``"default"`` until a ``Session`` adopts the archive: it then writes under that session's
+    id. ``retention``: the rules applied when the archive opens (at most once a day); the default
+    location gets ``DEFAULT_RETENTION``, a path or URL you name gets none unless you pass one.
     """
 
     def __init__(
@@ -75,50 +89,69 @@ class Archive:
         *,
         session_id: str | None = None,
         read_scopes: Iterable[str] = (),
-        _store: Store | None = None,
+        retention: Retention | None = _DEFAULT,
+        _store: Any = None,
     ) -> None:
         self.scope_chosen = session_id is not None
-        session_id = DEFAULT_SCOPE if session_id is None else session_id
-        if not isinstance(session_id, str) or not session_id.strip():
-            raise UsageError(f"session_id must be a non-empty string, got {session_id!r}")
-        if wire_safe(session_id) != session_id:
-            raise UsageError(f"session_id must be valid Unicode text (no lone surrogates), got {session_id!r}")
+        session_id = _check_scope(DEFAULT_SCOPE if session_id is None else session_id)
+        if retention is not _DEFAULT and retention is not None and not isinstance(retention, Retention):
+            raise UsageError(f"retention must be a contextkit.archive.Retention or None, got {retention!r}")
+        is_default = False
         if _store is None:
-            target = Path(path).expanduser() if path is not None else default_archive_path()
-            try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise ArchiveError(
-                    f"cannot create the folder {target.parent} for the contextkit archive: {exc.strerror or exc}. "
-                    "Pass Archive(path=...) in a writable folder, set CONTEXTKIT_ARCHIVE, or use Archive.in_memory()"
-                ) from None
-            _store = Store(str(target), str(target))
-            self.path: Path | None = target
-        else:
-            self.path = None if _store.label == ":memory:" else Path(_store.label)
+            _store, is_default = _open_store(path)
         self._store = _store
-        with _store.lock:
-            _store.users += 1
+        self.path: Path | None = _store.path
+        self.url: str | None = _store.url
+        self.session_id = session_id
+        self._holder = [session_id]
+        _store.acquire(session_id)
+        self._finalizer = weakref.finalize(self, _release, _store, self._holder)
         self._closed = False
         self._observers: list[Callable[[ArchivedItem], None]] = []
-        self.session_id = session_id
+        self._claimed_by: str | None = None
         self._scopes: dict[str, None] = {session_id: None}
         self.grant(*((read_scopes,) if isinstance(read_scopes, str) else read_scopes))
+        self.retention: Retention | None = (DEFAULT_RETENTION if is_default else None) if retention is _DEFAULT else retention
+        if self.retention is not None and _store.users == 1:
+            self._apply_retention(self.retention)
 
     @classmethod
     def in_memory(cls, *, session_id: str | None = None, read_scopes: Iterable[str] = ()) -> Archive:
         """A private SQLite ``:memory:`` archive (tests, one-shot scripts); gone when closed."""
-        return cls(session_id=session_id, read_scopes=read_scopes, _store=Store(":memory:", ":memory:"))
+        return cls(session_id=session_id, read_scopes=read_scopes, _store=SqliteStore.private(), retention=None)
+
+    @property
+    def location(self) -> str:
+        """Where the archive lives: a file path, ``:memory:``, or a database URL without its password."""
+        return str(self._store.label)
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._store.schema_version())
 
     def adopt(self, session_id: str) -> Archive:
         """Write to and read from ``session_id`` from now on (earlier scopes stay readable); returns
         ``self``. ``Session`` calls it for an archive created without a ``session_id``."""
-        if not isinstance(session_id, str) or not session_id.strip() or wire_safe(session_id) != session_id:
-            raise UsageError(f"session_id must be a non-empty string (valid Unicode), got {session_id!r}")
+        _check_scope(session_id)
+        self._store.acquire(session_id)
+        self._store.release(self._holder[0], user=False)
+        self._holder[0] = session_id
         self.session_id = session_id
         self._scopes = {session_id: None, **self._scopes}
         self.scope_chosen = True
         return self
+
+    def claim(self, owner: str) -> bool:
+        """Mark this archive as used by the session ``owner``; False when another session holds it
+        (``Session`` then works on a view of its own, ``with_scope``)."""
+        if self._claimed_by not in (None, owner):
+            return False
+        self._claimed_by = owner
+        return True
+
+    def unclaim(self, owner: str) -> None:
+        if self._claimed_by == owner:
+            self._claimed_by = None
 
     def copy_to(self, path: str | os.PathLike[str]) -> Path:
         """Write the whole database (every scope) to the SQLite file ``path``, replacing it atomically."""
@@ -126,12 +159,7 @@ class Archive:
         tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
         tmp.unlink(missing_ok=True)
         try:
-            with self._store.cursor("copy the archive to a file") as conn:
-                copy = sqlite3.connect(tmp)
-                try:
-                    conn.backup(copy)
-                finally:
-                    copy.close()
+            self._store.copy_to(tmp)
             os.replace(tmp, target)
         except BaseException:
             tmp.unlink(missing_ok=True)
@@ -147,25 +175,31 @@ class Archive:
     def grant(self, *scopes: str) -> Archive:
         """Give this archive read access to other sessions' entries; returns ``self``."""
         for scope in scopes:
-            if not isinstance(scope, str) or not scope.strip() or wire_safe(scope) != scope:
-                raise UsageError(f"a scope is a non-empty session id string (valid Unicode), got {scope!r}")
+            _check_scope(scope, "a scope")
         # copy-on-write: threads reading the old scope set never see it change under them
         self._scopes = {**self._scopes, **dict.fromkeys(scopes)}
         return self
 
     def with_scope(self, session_id: str, *, read_scopes: Iterable[str] = ()) -> Archive:
         """A view over the same database that writes to and reads from ``session_id``."""
-        return Archive(session_id=session_id, read_scopes=read_scopes, _store=self._store)
+        self._store.add_user()
+        try:
+            return Archive(session_id=session_id, read_scopes=read_scopes, _store=self._store, retention=None)
+        except BaseException:
+            self._store.release(None)
+            raise
 
     # lifecycle ------------------------------------------------------------------------------------
     def close(self) -> None:
+        """Let go of the shared connection (closed with its last user). Idempotent."""
         if self._closed:
             return
         self._closed = True
-        with self._store.lock:
-            self._store.users -= 1
-            if self._store.users <= 0:
-                self._store.close()
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def __enter__(self) -> Archive:
         return self
@@ -174,16 +208,12 @@ class Archive:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Archive({self._store.label!r}, session_id={self.session_id!r})"
+        return f"Archive({self.location!r}, session_id={self.session_id!r})"
 
     def _repr_html_(self) -> str:
         from contextkit.display.html import archive_html
 
         return archive_html(self)
-
-    def _scope_sql(self) -> tuple[str, list[str]]:
-        scopes = list(self._scopes)
-        return ",".join("?" * len(scopes)), scopes
 
     # writing --------------------------------------------------------------------------------------
     def put(
@@ -212,23 +242,7 @@ class Archive:
         origin_json, origin_text = origin_parts(origin, turn)
         # Metadata must be storable text (a path from an undecodable file name); the content stays exact.
         origin_json, origin_text = (wire_safe(origin_json) if origin_json else None), wire_safe(origin_text)
-        with self._store.cursor("store content", write=True) as conn:
-            row = conn.execute("SELECT id, content = ? FROM blobs WHERE key = ?", (data, key)).fetchone()
-            if row is None:
-                blob_id = conn.execute(
-                    "INSERT INTO blobs(key, content, bytes) VALUES (?, ?, ?)", (key, data, len(data))
-                ).lastrowid
-                conn.execute("INSERT INTO fts(rowid, body) VALUES (?, ?)", (blob_id, searchable_text(data)))
-            elif not row[1]:
-                raise ArchiveError(
-                    f"archive key {key} already holds different content (a SHA-256 prefix collision or a "
-                    "corrupted archive); archive this content in a fresh archive file"
-                )
-            added = conn.execute(
-                "INSERT OR IGNORE INTO entries(session_id, key, kind, origin_json, origin_text, turn, bytes, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (self.session_id, key, kind, origin_json, origin_text, turn, len(data), time.time()),
-            ).rowcount
+        added = self._store.put(self.session_id, key, data, kind, origin_json, origin_text, turn, time.time())
         if added:
             for observer in list(self._observers):
                 observer(ArchivedItem(key, kind, len(data), origin_text, turn))
@@ -251,84 +265,86 @@ class Archive:
         """
         if not is_valid_key(key):
             return None
-        marks, scopes = self._scope_sql()
-        with self._store.cursor("read content") as conn:
-            row = conn.execute(
-                "SELECT b.content FROM blobs b WHERE b.key = ? AND EXISTS "
-                f"(SELECT 1 FROM entries e WHERE e.key = b.key AND e.session_id IN ({marks}))",
-                (key, *scopes),
-            ).fetchone()
-        return None if row is None else decode_content(row[0])
+        data = self._store.get(key, self.scopes)
+        return None if data is None else decode_content(data)
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self.entry(key) is not None
 
-    def _rows(self, key: str | None = None) -> list[ArchiveEntry]:
-        marks, scopes = self._scope_sql()
-        where = f"e.session_id IN ({marks})" + (" AND e.key = ?" if key is not None else "")
-        with self._store.cursor("list entries") as conn:
-            rows = conn.execute(
-                "SELECT e.key, e.session_id, e.kind, e.origin_text, e.bytes, e.turn, e.created_at,"
-                f" substr(b.content, 1, {PREVIEW_CHARS * 4}) FROM entries e JOIN blobs b ON b.key = e.key"
-                f" WHERE {where} ORDER BY e.created_at, e.rowid",
-                (*scopes, *([key] if key is not None else [])),
-            ).fetchall()
-        by_key: dict[str, ArchiveEntry] = {}
-        for k, session, kind, origin, size, turn, created, head in rows:
-            if k in by_key and by_key[k].session_id == self.session_id:
-                continue  # our own row wins over a granted scope's row for the same content
-            if k in by_key and session != self.session_id:
-                continue
-            preview = single_line(bytes(head).decode("utf-8", "replace"))
-            by_key[k] = ArchiveEntry(k, session, kind, origin, size, turn, created, preview)
-        return sorted(by_key.values(), key=lambda e: e.created_at)
-
-    def entries(self) -> list[ArchiveEntry]:
-        """One plain row per readable key, oldest first."""
-        return self._rows()
+    @staticmethod
+    def _entry(row: Sequence[Any]) -> ArchiveEntry:
+        _id, key, session, kind, origin, size, turn, created, preview = row
+        return ArchiveEntry(key, session, kind, origin, int(size), turn, float(created), preview)
 
     def entry(self, key: str) -> ArchiveEntry | None:
+        """The entry for ``key`` (this archive's own row before a granted scope's), or None."""
         if not is_valid_key(key):
             return None
-        rows = self._rows(key)
-        return rows[0] if rows else None
+        rows = self._store.rows_for(key, self.scopes)
+        if not rows:
+            return None
+        rank = {s: i for i, s in enumerate(self.scopes)}
+        return self._entry(min(rows, key=lambda r: (rank.get(r[2], len(rank)), r[0])))
+
+    def entries(self, limit: int | None = None, *, offset: int = 0, newest_first: bool = False) -> list[ArchiveEntry]:
+        """One row per readable key in write order (oldest first; ``newest_first`` turns it round),
+        from metadata only. ``limit``/``offset`` page through it; ``entries()`` is every row."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise UsageError(f"limit must be a whole number >= 0 or None, got {limit!r}")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise UsageError(f"offset must be a whole number >= 0, got {offset!r}")
+        scopes = self.scopes
+        if limit is None:
+            limit = sum(n for n, _ in self._store.scope_totals(scopes).values())
+        if len(scopes) == 1:
+            rows = self._store.scope_page(scopes[0], (), limit, offset, newest_first)
+        else:  # each scope's rows without the keys an earlier scope holds, merged in write order
+            merged = [r for i, s in enumerate(scopes) for r in self._store.scope_page(s, scopes[:i], offset + limit, 0, newest_first)]
+            merged.sort(key=lambda r: r[0], reverse=newest_first)
+            rows = merged[offset : offset + limit]
+        return [self._entry(r) for r in rows]
+
+    def _totals(self) -> tuple[int, int]:
+        """(distinct keys, their content bytes) over the readable scopes: the largest scope's totals
+        from metadata, then each other scope's entries no larger one holds."""
+        scopes = self.scopes
+        known = self._store.scope_totals(scopes)
+        order = sorted(scopes, key=lambda s: -known.get(s, (0, 0))[0])
+        order = [s for s in order if s in known]
+        if not order:
+            return 0, 0
+        count, size = known[order[0]]
+        for i, scope in enumerate(order[1:], 1):
+            n, b = self._store.unique_totals(scope, order[:i])
+            count, size = count + n, size + b
+        return count, size
 
     def __len__(self) -> int:
-        marks, scopes = self._scope_sql()
-        with self._store.cursor("count entries") as conn:
-            (count,) = conn.execute(
-                f"SELECT count(DISTINCT key) FROM entries WHERE session_id IN ({marks})", scopes
-            ).fetchone()
-        return int(count)
+        return self._totals()[0]
 
     @property
     def total_bytes(self) -> int:
-        """UTF-8 bytes of the distinct contents this archive can read."""
-        marks, scopes = self._scope_sql()
-        with self._store.cursor("sum entry sizes") as conn:
-            (total,) = conn.execute(
-                f"SELECT coalesce(sum(bytes), 0) FROM blobs WHERE key IN "
-                f"(SELECT key FROM entries WHERE session_id IN ({marks}))",
-                scopes,
-            ).fetchone()
-        return int(total)
+        """UTF-8 bytes of the distinct contents this archive can read (from metadata)."""
+        return self._totals()[1]
 
-    def search(self, fts_query: str, limit: int) -> list[SearchHit]:
-        """Ranked FTS5 matches in readable scopes. ``fts_query`` must come from ``search.fts_query``."""
-        marks, scopes = self._scope_sql()
-        with self._store.cursor("search") as conn:
-            rows = conn.execute(
-                "SELECT b.key, bm25(fts) AS score FROM fts JOIN blobs b ON b.id = fts.rowid"
-                f" WHERE fts MATCH ? AND EXISTS (SELECT 1 FROM entries e WHERE e.key = b.key"
-                f" AND e.session_id IN ({marks})) ORDER BY score, b.id LIMIT ?",
-                (fts_query, *scopes, int(limit)),
-            ).fetchall()
-        hits = []
-        for key, score in rows:
-            info = self.entry(key)
-            if info is not None:
-                hits.append(SearchHit(key, info.kind, info.origin, float(score)))
-        return hits
+    def find(self, query: Query, limit: int) -> list[SearchHit]:
+        """Ranked hits for a parsed query in the readable scopes, one per key (best first)."""
+        if query.empty or limit < 1:
+            return []
+        readable = sum(n for n, _ in self._store.scope_totals(self.scopes).values())
+        hits = self._store.search(self.scopes, query, limit, readable)
+        best: dict[str, SearchHit] = {}
+        for hit in hits:
+            if hit.key not in best or hit.score < best[hit.key].score:
+                best[hit.key] = hit
+        return sorted(best.values(), key=lambda h: h.score)[:limit]
+
+    def search(self, query: str, limit: int = 8) -> list[SearchHit]:
+        """Ranked full-text matches for plain text in the readable scopes (no query syntax is read:
+        identifiers must all match, other words rank; see ``archive/query.py``)."""
+        if not isinstance(query, str):
+            raise UsageError(f"query must be text, got {type(query).__name__}")
+        return self.find(parse_query(query), int(limit))
 
     # recall (implemented in recall.py / search.py) -------------------------------------------------
     def recall(self, payload: str, *, max_bytes: int | None = None) -> RecallResult:
@@ -358,7 +374,7 @@ class Archive:
         return handle_tool_call(self, tool_call_id, name, arguments)
 
     def recall_context(self, query: str, max_items: int = 8, max_tokens: int = 1500) -> str:
-        """A bounded, read-only context pack for ``query`` (the text form of ``recall_context_result``)."""
+        """A bounded, read-only context pack for ``query`` (text format in ``archive/search.py``)."""
         return self.recall_context_result(query, max_items, max_tokens).text
 
     def recall_context_result(self, query: str, max_items: int = 8, max_tokens: int = 1500) -> RecallContext:

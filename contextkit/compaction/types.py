@@ -6,6 +6,7 @@ here is re-exported from ``contextkit.compaction.compactor``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -171,18 +172,26 @@ def dropped(before: Sequence[Message], after: Sequence[Message]) -> list[Message
 class WorkbenchWriter:
     """Default ``on_flush`` sink: one markdown section per flush, appended to one file per session.
 
-    Written by the harness, not the model: the messages about to be summarized or dropped, verbatim.
+    Written by the harness, not the model: the messages about to be summarized or dropped, verbatim
+    (a readable copy; the archive holds every removed byte too). ``Session`` puts it at
+    ``workbench/<session>.md`` next to a file archive and says where at its first write (logger
+    "contextkit"); it is removed with the session's entries when the archive prunes that session
+    (``Archive.prune``, the default archive's retention).
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._announced = False
 
     @classmethod
     def for_session(cls, directory: str | Path, session_id: str) -> WorkbenchWriter:
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in session_id) or "session"
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in session_id).strip(".") or "session"
         return cls(Path(directory) / f"{safe}.workbench.md")
 
     def __call__(self, messages: Sequence[Message], info: CompactionInfo) -> None:
+        if not self._announced:
+            self._announced = True
+            logging.getLogger("contextkit").debug("workbench: messages set aside by compaction go to %s", self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         parts = [f"\n## {stamp} - {info.phase} ({info.trigger}): {len(messages)} messages set aside\n"]

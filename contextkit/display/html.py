@@ -165,9 +165,10 @@ def session_html(session: object) -> str:
     if callable(to_dict):
         pairs.extend((k, format_stat(v)) for k, v in to_dict().items())
     archive = _attr(session, "archive")
-    entries = _attr(archive, "entries")
-    if callable(entries):
-        pairs.append(("archive entries", len(list(entries()))))
+    if archive is not None and callable(_attr(archive, "entries")):
+        pairs.append(("archive entries", _count(archive)))
+        if _attr(archive, "location"):
+            pairs.append(("archive", _attr(archive, "location")))
     bar = bar_html(pressure, colour=COLOURS[state], marks=[(RED_AT, "ck-preflight", "85% pre-flight")])
     title = f"contextkit session {esc(_attr(session, 'session_id', ''))}"
     return f'<div class="ck-session-html"><b>{title}</b>{bar}{kv_table(pairs)}</div>'
@@ -198,11 +199,32 @@ def entry_row(entry: object) -> dict[str, Any]:
     }
 
 
-def archive_html(archive: object, *, limit: int = 20) -> str:
-    """The newest ``limit`` entries of an archive as a table, with the total count."""
+def _count(archive: object) -> int:
+    """How many entries, from the archive's metadata (``len``) when it has it."""
+    try:
+        return len(archive)  # type: ignore[arg-type]
+    except TypeError:
+        entries = _attr(archive, "entries")
+        return len(list(entries())) if callable(entries) else 0
+
+
+def _newest(archive: object, limit: int) -> list[Any]:
+    """The newest ``limit`` entries, oldest first: one page from the metadata, never the whole listing."""
     entries = _attr(archive, "entries")
-    rows = [entry_row(e) for e in entries()] if callable(entries) else []
-    shown = rows[-limit:]
-    more = f" (showing the last {len(shown)})" if len(rows) > len(shown) else ""
+    if not callable(entries):
+        return []
+    try:
+        return list(reversed(entries(limit, newest_first=True)))
+    except TypeError:  # an archive-like object without paging
+        return list(entries())[-limit:]
+
+
+def archive_html(archive: object, *, limit: int = 20) -> str:
+    """The newest ``limit`` entries of an archive as a table, with the total count and where it lives."""
+    total = _count(archive)
+    shown = [entry_row(e) for e in _newest(archive, limit)]
+    more = f" (showing the last {len(shown)})" if total > len(shown) else ""
+    where = _attr(archive, "location")
+    place = f" in {esc(where)}" if where else ""
     table = table_html(shown, ENTRY_COLUMNS, css="ck-archive-table", empty="the archive is empty")
-    return f'<div class="ck-archive-html"><b>contextkit archive: {len(rows)} entries{more}</b>{table}</div>'
+    return f'<div class="ck-archive-html"><b>contextkit archive: {total} entries{more}</b>{place}{table}</div>'

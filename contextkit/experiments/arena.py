@@ -82,7 +82,8 @@ def grid_specs(
 
 
 def summarize_arena(results: pl.DataFrame) -> pl.DataFrame:
-    """One row per (cell, strategy): runs, completion rate, runs stopped by their wall-time budget
+    """One row per (cell, strategy): runs and how many the averages are ``based_on`` (a run that crashed or
+    never ran has no metrics), completion rate, runs stopped by their wall-time budget
     (``timeouts``), needle accuracy (mean and its spread
     across seeds: min and max), rejected requests per session, prompt tokens, cost and summarizer
     calls per session, wall time per session; ``status`` says why a peer did not run."""
@@ -92,6 +93,7 @@ def summarize_arena(results: pl.DataFrame) -> pl.DataFrame:
         results.group_by("gateway", "strategy", maintain_order=True)
         .agg(
             pl.len().alias("runs"),
+            _measured(results).sum().alias("based_on"),
             pl.col("completed").cast(pl.Float64).mean().alias("completion"),
             (pl.col("outcome") == "timeout").sum().alias("timeouts"),
             pl.col("needle_accuracy").mean().alias("needles"),
@@ -141,6 +143,12 @@ def _names(rows: pl.DataFrame, column: str, value: Any) -> str:
     return hits[0] if len(hits) == 1 else " = ".join(hits)
 
 
+def _runs(r: dict[str, Any]) -> str:
+    """``"20"``, or ``"18 of 20"`` when the averages cover only some of the cell's runs."""
+    based = r.get("based_on", r["runs"])
+    return str(r["runs"]) if based == r["runs"] else f"{based} of {r['runs']}"
+
+
 def _float(v: object) -> float | None:
     return float(v) if isinstance(v, int | float) else None
 
@@ -168,12 +176,12 @@ def format_arena(summary: pl.DataFrame, *, standard_first: bool = True) -> str:
         lines: list[tuple[str, ...]] = []
         for r in rows.iter_rows(named=True):
             if r["status"] is not None:
-                lines.append((r["strategy"], str(r["runs"]), "not run: " + r["status"]))
+                lines.append((r["strategy"], _runs(r), "not run: " + r["status"]))
                 continue
             spread = "-" if r["needles"] is None else f"{r['needles']:.0%} ({r['needles_min']:.0%}-{r['needles_max']:.0%})"
             complete = _pct(r["completion"]) + (f" ({r['timeouts']} timed out)" if r.get("timeouts") else "")
             lines.append((
-                r["strategy"], str(r["runs"]), complete, spread, f"{r['rejected']:.2f}",
+                r["strategy"], _runs(r), complete, spread, f"{r['rejected']:.2f}",
                 f"{r['prompt_tokens']:,.0f}", f"{r['cost']:.3f}", f"{r['summaries']:.1f}", f"{r['wall_s']:.1f}",
             ))  # fmt: skip
         full = [row for row in lines if len(row) == len(headers)]
@@ -193,3 +201,12 @@ def peer_notes(results: pl.DataFrame) -> dict[str, str]:
 
     rows = results.filter(pl.col("strategy").is_in(list(PEERS)) & pl.col("note").is_not_null())
     return dict(rows.group_by("strategy", maintain_order=True).agg(pl.col("note").first()).iter_rows())
+
+
+def _measured(results: pl.DataFrame) -> pl.Expr:
+    """Rows with metrics: not a run that crashed or never ran (and, where the frame has it, one that
+    sent requests)."""
+    import polars as pl
+
+    ran = ~pl.col("outcome").is_in(["crashed", "not_run"])
+    return ran & pl.col("requests").is_not_null() if "requests" in results.columns else ran

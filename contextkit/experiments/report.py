@@ -19,7 +19,7 @@ import altair as alt
 import polars as pl
 
 from contextkit.experiments.registry import BASELINES, CONTEXTKIT_STRATEGIES
-from contextkit.experiments.runner import default_executor, run_sweep, save_results
+from contextkit.experiments.runner import EXIT_MISSING, default_executor, exit_status, run_sweep, save_results
 from contextkit.experiments.summary import format_table, summarize
 from contextkit.experiments.workload import GatewaySpec
 
@@ -175,6 +175,7 @@ class _Args:
     turns: int | None = None
     workers: int | None = None
     quiet: bool = False
+    allow_missing: bool = False
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -191,6 +192,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--turns", type=int, default=None, help="override the number of turns per session")
     parser.add_argument("--workers", type=int, default=None, help="local worker processes (default: up to 4)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help=f"exit 0 even when runs crashed or never ran (default: exit {EXIT_MISSING}, naming them)",
+    )
     return parser
 
 
@@ -219,4 +225,4 @@ def run_experiment_cli(argv: Sequence[str] | None = None) -> int:
     report.write_text(build_report(results, events, title=f"contextkit experiment: {args.name}"), encoding="utf-8")
     print(format_table(summarize(results)))
     print(f"\nwrote {parquet} and {report}")
-    return 0
+    return exit_status(results, allow_missing=args.allow_missing)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from contextkit.experiments.missing import EXIT_MISSING, describe_missing, exit_status, missing_runs
 from contextkit.experiments.progress import make_progress
 from contextkit.experiments.registry import BASELINES, STRATEGIES, run_strategy
 from contextkit.experiments.strategies import PRICE_AS
@@ -41,10 +42,14 @@ if TYPE_CHECKING:
     import polars as pl
 
 __all__ = [
+    "EXIT_MISSING",
     "PRICE_AS",
     "RESULTS_COLUMNS",
     "RunSpec",
+    "describe_missing",
+    "exit_status",
     "load_results",
+    "missing_runs",
     "results_schema",
     "run_one",
     "run_specs",
@@ -106,6 +111,8 @@ RESULTS_COLUMNS: dict[str, str] = {
     "wall_s": "f64",
     "error": "str",
     "note": "str",
+    "worker": "str",
+    "lost_worker": "str",
 }
 
 
@@ -243,6 +250,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
         "wall_s": wall,
         "error": run.error,
         "note": run.note,
+        "worker": worker_name(),
     }
     if spec.keep_events:
         row["events"] = [e.to_dict() for e in run.events]
@@ -256,6 +264,18 @@ def _run_one_offline(spec: RunSpec) -> dict[str, Any]:
 
     backend.offline()
     return run_one(spec)
+
+
+def worker_name() -> str:
+    """Where this run ran: the dask worker's address, else host:pid."""
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except (ImportError, ValueError):
+        import socket
+
+        return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _outcome(run: Any, spec: RunSpec) -> str:
@@ -284,6 +304,18 @@ def stalled_row(spec: RunSpec, waited_s: float) -> dict[str, Any]:
     """The row of a run still pending when the sweep stalled (no run finished for ``waited_s``)."""
     row = crash_row(spec, TimeoutError())
     row.update(outcome="timeout", error=f"timeout: stalled - no run of the sweep finished for {waited_s:g} s")
+    return row
+
+
+def _abandoned(row: dict[str, Any]) -> bool:
+    """A row made for a run the sweep stopped waiting for (stalled, never ran)."""
+    return row.get("outcome") == "not_run" or str(row.get("error") or "").startswith("timeout: stalled")
+
+
+def missing_row(spec: RunSpec, reason: str) -> dict[str, Any]:
+    """The row of a run that never ran (``outcome="not_run"``); ``error`` says why."""
+    row = crash_row(spec, RuntimeError())
+    row.update(outcome="not_run", error=reason[:2000])
     return row
 
 
@@ -345,65 +377,52 @@ def run_specs(
     events: list[dict[str, Any]] | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
     stall_timeout: float | None = None,
+    no_worker_grace: float = 30.0,
+    run: Any = None,
 ) -> pl.DataFrame:
     """Run the given runs (any mix of strategies, gateways, seeds and turns) like ``run_sweep``;
     rows in the order of ``specs``. ``checkpoint``: a ``.parquet`` path rewritten (atomically) with
     every run finished so far, so an interrupted or stalled grid still leaves usable results.
+    A finished run is saved and released at once (a worker lost later costs no recomputation; see
+    ``experiments/execution.py``); lost workers are named in ``lost_worker``; runs that never ran
+    (every dask worker gone for ``no_worker_grace`` seconds, a broken pool) are ``not_run`` rows.
     ``stall_timeout``: when no run finishes for that many seconds (a worker hung inside a turn, where
     ``RunSpec.max_wall_s`` cannot stop it), the runs still pending become ``timeout`` rows and the
-    sweep returns instead of waiting for ever."""
+    sweep returns instead of waiting for ever. ``run``: the function run per spec (``run_one``)."""
     if stall_timeout is not None and not stall_timeout > 0:
         raise ValueError(f"stall_timeout must be a positive number of seconds or None, got {stall_timeout!r}")
+    from contextkit.experiments.execution import drive
+
     owned = executor is None
     pool = default_executor() if executor is None else executor
     bar = make_progress(len(specs), progress)
     rows: dict[int, dict[str, Any]] = {}
-    stalled = False
+
+    def take(i: int, row: dict[str, Any]) -> None:
+        rows[i] = row
+        if checkpoint is not None:
+            save_results(_frame([rows[j] for j in sorted(rows)]), checkpoint)
+        bar.set_postfix_str(specs[i].run_id, refresh=False)
+        bar.update(1)
+
+    finished = False
     try:
         from contextkit import backend
 
-        run = _run_one_offline if backend.offline_requested() else run_one
-        futures = {pool.submit(run, spec): i for i, spec in enumerate(specs)}
-        pending = set(futures)
-        while pending:
-            done, pending = cf.wait(pending, timeout=stall_timeout, return_when=cf.FIRST_COMPLETED)
-            if not done:
-                stalled = True
-                for future in pending:
-                    future.cancel()
-                    rows[futures[future]] = stalled_row(specs[futures[future]], stall_timeout or 0.0)
-                break
-            for future in done:
-                i = futures[future]
-                rows[i] = _row_of(future, specs[i])
-                if checkpoint is not None:
-                    save_results(_frame([rows[j] for j in sorted(rows)]), checkpoint)
-                bar.set_postfix_str(specs[i].run_id, refresh=False)
-                bar.update(1)
-        if stalled and checkpoint is not None:
-            save_results(_frame([rows[j] for j in sorted(rows)]), checkpoint)
+        default = _run_one_offline if backend.offline_requested() else run_one
+        drive(specs, run or default, pool, take, crash_row=crash_row, missing_row=missing_row,
+              stall_timeout=stall_timeout, no_worker_grace=no_worker_grace)  # fmt: skip
+        finished = len(rows) == len(specs) and not any(_abandoned(r) for r in rows.values())
     finally:
         bar.close()
         if owned:
-            # a stalled worker would keep shutdown(wait=True) waiting for ever
-            pool.shutdown(wait=not stalled, cancel_futures=True)
+            # a stalled or lost worker would keep shutdown(wait=True) waiting for ever
+            pool.shutdown(wait=finished, cancel_futures=True)
     ordered = [rows[i] for i in range(len(specs))]
     if events is not None:
         for row in ordered:
             events.extend(row.pop("events", []))
     return _frame(ordered)
-
-
-def _row_of(future: cf.Future[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
-    try:
-        return future.result()
-    except cf.BrokenExecutor as exc:
-        raise RuntimeError(
-            f"the sweep's executor broke while running {spec.run_id} ({exc}); "
-            "check that its workers can import contextkit and have memory to spare"
-        ) from exc
-    except Exception as exc:  # noqa: BLE001 - one crashed run must not lose the whole sweep
-        return crash_row(spec, exc)
 
 
 def _frame(rows: list[dict[str, Any]]) -> pl.DataFrame:

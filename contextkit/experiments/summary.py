@@ -11,6 +11,7 @@ SUMMARY_COLUMNS = (
     "strategy",
     "gateway",
     "runs",
+    "based_on",
     "completion_rate",
     "rejected",
     "retries",
@@ -26,11 +27,14 @@ SUMMARY_COLUMNS = (
 
 
 def summarize(results: pl.DataFrame) -> pl.DataFrame:
-    """One row per (strategy, gateway): completion rate, total rejected requests, retries, tokens
+    """One row per (strategy, gateway): ``runs`` in the cell and how many the averages are ``based_on``
+    (runs that crashed or never ran have no metrics: counted in ``runs``, not in ``based_on``), completion rate, total rejected requests, retries, tokens
     sent relative to ``none`` (total, and per completed turn), summarizer calls, mean prefix reuse,
     mean needle accuracy, mean recoverable share, mean cost per session, mean wall time. The ``*_vs_none`` columns are null when the sweep has no ``none`` runs."""
     per = results.group_by("strategy", "gateway", maintain_order=True).agg(
         pl.len().cast(pl.Int64).alias("runs"),
+        _measured(results).sum().cast(pl.Int64)
+        .alias("based_on"),
         pl.col("completed").cast(pl.Float64).mean().alias("completion_rate"),
         pl.col("rejected").sum().cast(pl.Int64).alias("rejected"),
         pl.col("retries").sum().cast(pl.Int64).alias("retries"),
@@ -55,6 +59,12 @@ def summarize(results: pl.DataFrame) -> pl.DataFrame:
     return out.select(SUMMARY_COLUMNS).with_columns(cs.float().fill_nan(None))
 
 
+def _runs(r: dict[str, object]) -> str:
+    """``"5"``, or ``"3 of 5"`` when the averages cover only some of the cell's runs."""
+    based = r.get("based_on", r["runs"])
+    return str(r["runs"]) if based == r["runs"] else f"{based} of {r['runs']}"
+
+
 def format_table(summary: pl.DataFrame) -> str:
     """A fixed-width text table of ``summarize`` output (for the benchmark and the CLI)."""
     headers = ("strategy", "gateway", "runs", "complete", "rejected", "retries", "tokens/none", "tok/turn/none",
@@ -69,7 +79,7 @@ def format_table(summary: pl.DataFrame) -> str:
     lines = []
     for r in summary.iter_rows(named=True):
         lines.append((
-            r["strategy"], r["gateway"], str(r["runs"]), pct(r["completion_rate"]), str(r["rejected"]),
+            r["strategy"], r["gateway"], _runs(r), pct(r["completion_rate"]), str(r["rejected"]),
             str(r["retries"]), ratio(r["tokens_vs_none"]), ratio(r["tokens_per_turn_vs_none"]),
             str(r["summarizer_calls"]), pct(r["prefix_reuse"]), pct(r["needle_accuracy"]), pct(r["recoverable"]),
             "-" if r["cost"] is None else f"{r['cost']:.3f}",
@@ -80,3 +90,12 @@ def format_table(summary: pl.DataFrame) -> str:
     return "\n".join(
         [fmt.format(*headers), fmt.format(*("-" * w for w in widths)), *(fmt.format(*row) for row in lines)]
     )
+
+
+def _measured(results: pl.DataFrame) -> pl.Expr:
+    """Rows with metrics: not a run that crashed or never ran (and, where the frame has it, one that
+    sent requests)."""
+    import polars as pl
+
+    ran = ~pl.col("outcome").is_in(["crashed", "not_run"])
+    return ran & pl.col("requests").is_not_null() if "requests" in results.columns else ran

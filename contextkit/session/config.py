@@ -12,6 +12,7 @@ from typing import Any
 
 from contextkit import backend
 from contextkit.archive import is_recall_tool
+from contextkit.archive.records import workbench_file
 from contextkit.compaction.types import WorkbenchWriter
 from contextkit.errors import ConfigError
 from contextkit.messages import Message
@@ -169,6 +170,32 @@ def system_message(system: Any) -> Message:
     return Message.system(system)
 
 
+def own_archive(archive: Any, session_id: str) -> tuple[Any, bool]:
+    """(the archive this session works on, whether the session opened it and closes it).
+
+    None → the default archive under this session's id. An ``Archive`` without a ``session_id``
+    stores under this session's id. An ``Archive`` object another open session already works on
+    gives this session a view of its own (``with_scope``: its own scope, the same grants), so each
+    session's writes, reads and archive events are its own."""
+    from contextkit.archive import Archive
+
+    if archive is None:
+        return Archive(session_id=session_id), True
+    claim = getattr(archive, "claim", None)
+    if callable(claim) and not claim(session_id):
+        grants = [s for s in archive.scopes[1:] if s != session_id]
+        view = archive.with_scope(session_id, read_scopes=grants)
+        view.claim(session_id)
+        logging.getLogger("contextkit").info(
+            "session %s: the archive passed in is in use by another open session; this session writes to its "
+            "own scope %r of the same store", session_id, session_id,
+        )
+        return view, True
+    if not getattr(archive, "scope_chosen", True):
+        archive.adopt(session_id)  # Archive(path): store under this session's id, not "default"
+    return archive, False
+
+
 def flush_sink(on_flush: Any, archive: Any, session_id: str) -> Any:
     """Where compaction flushes what it removed: ``"workbench"`` → a markdown file next to a file
     archive (none for an in-memory one), else the callable given, or None."""
@@ -183,7 +210,9 @@ def flush_sink(on_flush: Any, archive: Any, session_id: str) -> Any:
 
 
 def workbench_path(archive: Any, session_id: str) -> Path | None:
+    """``workbench/<session>.md`` next to a file archive (the session id made a safe file name), else
+    None. It goes with the session's archived entries when the archive prunes that session."""
     path = getattr(archive, "path", None)
     if not path:
         return None
-    return Path(path).parent / "workbench" / f"{session_id}.md"
+    return workbench_file(Path(path), session_id)

@@ -41,12 +41,14 @@ from contextkit.session.config import (
     context_window,
     default_status,
     flush_sink,
+    own_archive,
     send_status,
     session_limits,
     session_tools,
     status_sink,
     stderr_status,
     system_message,
+    workbench_path,
 )
 from contextkit.session.controls import SessionControls
 from contextkit.session.persist import load_session, save_session
@@ -96,15 +98,12 @@ class Session(SessionViews, SessionControls):
         self.model = model
         self.session_id = session_id or uuid.uuid4().hex[:12]
         self._litellm_kwargs, self.limits = session_limits(limits, litellm_kwargs)
-        if archive is None:
-            archive = Archive(session_id=self.session_id)
-        elif not getattr(archive, "scope_chosen", True):
-            archive.adopt(self.session_id)  # Archive(path): store under this session's id, not "default"
-        self.archive = archive
+        self._closed = False
+        self.archive, self._owns_archive = own_archive(archive, self.session_id)
+        self.workbench_path = workbench_path(self.archive, self.session_id) if on_flush == "workbench" else None
         self.events = events if events is not None else EventLog()
         observe = getattr(self.archive, "observe", None)
-        if callable(observe):
-            observe(self._on_archived)
+        self._unobserve = observe(self._on_archived) if callable(observe) else None
         self._tools = session_tools(tools)
         self._status = status_sink(status, self.session_id)
         self._lock = threading.RLock()
@@ -212,6 +211,35 @@ class Session(SessionViews, SessionControls):
         emit_history(session._context(), "load")
         return session
 
+    # lifecycle ------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Let go of what the session holds: the archive it opened itself (the default one, or a
+        view of its own; an archive you passed in stays open, yours to close) and its subscription
+        to it. Idempotent; the history stays readable, a new turn raises ``UsageError``."""
+        with self._lock:
+            if self._closed:
+                return
+            if self._busy:
+                raise UsageError("close() called while this session is running a turn; close it after the turn ends")
+            self._closed = True
+            if self._unobserve is not None:
+                self._unobserve()
+            unclaim = getattr(self.archive, "unclaim", None)
+            if callable(unclaim):
+                unclaim(self.session_id)
+            if self._owns_archive:
+                self.archive.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # internals ------------------------------------------------------------------------------------
     @staticmethod
     @contextlib.contextmanager
@@ -230,6 +258,8 @@ class Session(SessionViews, SessionControls):
     def _turn(self, what: str) -> Iterator[None]:
         """Refuse re-entry in the same thread (a tool calling back into its session, a second
         stream started before the first ended): the flows would interleave on one history."""
+        if self._closed:
+            raise UsageError(f"{what}() called on a closed session; open a new Session (or Session.load a saved one)")
         if self._busy:
             raise UsageError(
                 f"{what}() called while this session is already running a turn or compaction (from a tool, or "

@@ -53,6 +53,8 @@ def session_to_dict(session: Any) -> dict[str, Any]:
         "compactor": session.compactor.stats.to_dict(),
         "archive": {
             "path": str(session.archive.path) if session.archive.path else None,
+            # a database archive: its URL without the password (libpq finds that in PGPASSWORD or ~/.pgpass)
+            "url": getattr(session.archive, "url", None),
             "session_id": getattr(session.archive, "session_id", session.session_id),
             "read_scopes": list(getattr(session.archive, "scopes", ())[1:]),
         },
@@ -71,7 +73,7 @@ def save_session(session: Any, path: str | os.PathLike[str]) -> Path:
     saved file never cites markers that no archive holds."""
     data = session_to_dict(session)
     archive = session.archive
-    if getattr(archive, "path", "?") is None and hasattr(archive, "copy_to"):
+    if getattr(archive, "path", "?") is None and getattr(archive, "url", None) is None and hasattr(archive, "copy_to"):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         copy = archive.copy_to(archive_copy_path(path))
         data["archive"]["path"] = str(copy)
@@ -139,12 +141,15 @@ def load_session(
         compactor_stats = CompactionStats.from_dict(data.get("compactor") or {})
         archive_ref = data.get("archive") or {}
         archive_path = archive_ref.get("path")
+        archive_url = archive_ref.get("url")
         archive_scope = archive_ref.get("session_id") or session_id
         read_scopes = [str(scope) for scope in archive_ref.get("read_scopes") or ()]
     except KeyError as exc:
         raise ConfigError(f"{path} is not a complete saved contextkit session (missing {exc})") from None
     except (TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{path} is not a valid saved contextkit session: {exc}") from None
+    if archive is None and archive_url:
+        archive = Archive(archive_url, session_id=archive_scope, read_scopes=read_scopes)
     if archive is None:
         cited = any(m.archive_keys for m in history)
         if archive_path and cited and not Path(archive_path).exists():
