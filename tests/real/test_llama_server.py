@@ -103,7 +103,7 @@ def test_real_summaries_go_through_the_gate(llama_2048: LlamaServer) -> None:
     if calls == 2:
         first, second = summarizer.requests
         assert (first.prompt, first.temperature) != (second.prompt, second.temperature)
-    assert result.level == 2 and result.summary_source in ("model", "extractive")
+    assert result.stage == "summary" and result.summary_source in ("model", "extractive")
     summary = next(m for m in result.history if m.is_summary).content
     transcript = render_transcript(messages)
     if result.summary_source == "model":
