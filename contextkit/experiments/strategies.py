@@ -140,7 +140,7 @@ def _shaper(
     if strategy == "trim_messages":
         from contextkit import backend
 
-        backend.litellm()  # offline settings before litellm.utils is imported
+        backend.litellm()  # through the one module that imports litellm, so offline() applies first
         budget = int(gw.context_window * TRIM_RATIO)
         return lambda history: backend.trim_messages(history, model="", max_tokens=budget)
     raise ValueError(f"unknown baseline {strategy!r}; use one of {', '.join(BASELINES)}")
