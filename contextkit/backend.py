@@ -146,6 +146,44 @@ async def acompletion(model: str, messages: list[dict[str, Any]], *, timeout: fl
     return await litellm().acompletion(model=model, messages=messages, timeout=timeout, **kwargs)
 
 
+def provider_body(
+    model: str,
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    params: dict[str, Any] | None = None,
+    copy_messages: bool = True,
+) -> bytes:
+    """The request body litellm posts for ``model`` on a route it builds itself (Anthropic's
+    messages API), as bytes: litellm's own parameter mapping and request transformation for the
+    provider, serialised the way its HTTP handler serialises it (``json.dumps`` defaults: ASCII
+    escapes, ``", "`` separators). Nothing is sent. Raises what litellm raises for a request it
+    would refuse to build (no non-system message, for one). ``copy_messages=False``: the caller's
+    dicts are fresh copies that litellm's transformation may change."""
+    import copy
+    import json
+
+    lm = litellm()
+    bare, provider, _, _ = lm.get_llm_provider(model)
+    config = lm.utils.ProviderConfigManager.get_provider_chat_config(model=bare, provider=lm.LlmProviders(provider))
+    if config is None:
+        raise ValueError(f"litellm has no request transformation for provider {provider!r}")
+    optional = lm.utils.get_optional_params(
+        model=bare, custom_llm_provider=provider, tools=tools or None, **(params or {})
+    )
+    # what the handler does before transforming: its own copies, the stream flag added afterwards
+    optional = copy.deepcopy(optional)
+    stream = optional.pop("stream", None)
+    for internal in ("json_mode", "is_vertex_request", "vertex_count_tokens_location"):
+        optional.pop(internal, None)
+    data = config.transform_request(
+        model=bare, messages=copy.deepcopy(messages) if copy_messages else messages, optional_params=optional, litellm_params={}, headers={}
+    )
+    if stream is True:
+        data["stream"] = True
+    return json.dumps(data).encode("utf-8")
+
+
 def in_cost_map(model: str | None) -> bool:
     """Whether litellm's cost map names ``model`` (as given, or without its provider prefix).
     Only reads the map; litellm's own lookup of an unknown model prints to stdout."""

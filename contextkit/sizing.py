@@ -1,11 +1,17 @@
 """Honest request size: bytes of the JSON body actually sent, and tokens via litellm's counter.
 
-* ``request_bytes`` is the UTF-8 length of the chat-completions body (messages, tool-call
+* ``request_bytes`` is the length of the body litellm posts for the model's route. On the OpenAI
+  route (and every OpenAI-compatible one) that is the chat-completions body (messages, tool-call
   arguments, tool schemas, image parts, model and parameters), serialised the way the OpenAI SDK /
-  httpx send it (``ensure_ascii=False``, compact separators).
+  httpx send it (``ensure_ascii=False``, compact separators). On the Anthropic route litellm
+  builds a different body itself (content blocks, the system prompt apart, tool calls as parsed
+  ``input`` objects, ASCII-escaped JSON: a CJK character is 6 bytes there, 3 on the OpenAI route),
+  so that body is measured as litellm's own transformation builds it (``backend.provider_body``).
 * ``RequestMeter`` caches per-message byte and token sizes, so re-measuring a grown history costs
   only the new messages (a 10 MB, 2,000-message history is checked before each request in
-  milliseconds, not recounted).
+  milliseconds, not recounted). On the Anthropic route it caches a small stand-in of each message
+  instead (``_Skeleton``) and lets litellm transform the stand-ins: the bytes are litellm's, the
+  cost does not grow with the size of the texts.
 * ``parse_size`` / ``format_size`` read and print human sizes.
 """
 
@@ -14,6 +20,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -27,6 +34,8 @@ from typing import Any
 
 from contextkit.errors import ConfigError, ContextkitRuntimeError
 from contextkit.messages import Message, to_wire
+
+_log = logging.getLogger("contextkit")
 
 KB = 1024
 MB = 1024 * 1024
@@ -107,6 +116,23 @@ def request_bytes(
     model: str = "",
     **params: Any,
 ) -> int:
+    """Byte length of the body litellm sends for these messages and tools on ``model``'s route
+    (see the module docstring); exact, and O(size of the texts): ``RequestMeter`` is the cheap way
+    to measure a history again and again."""
+    if wire_route(model) == ANTHROPIC_ROUTE:
+        built = _provider_bytes(model, [_wire_of(m) for m in messages], tools, params)
+        if built is not None:
+            return built
+    return openai_request_bytes(messages, tools=tools, model=model, **params)
+
+
+def openai_request_bytes(
+    messages: Sequence[Message | Mapping[str, Any]],
+    *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    model: str = "",
+    **params: Any,
+) -> int:
     """UTF-8 byte length of the chat-completions JSON body for these messages and tools."""
     body: dict[str, Any] = {
         "messages": [sent_message(m) for m in messages],
@@ -155,6 +181,47 @@ def sent_params(params: Mapping[str, Any], *, has_tools: bool) -> dict[str, Any]
 def _wire_model(model: str) -> str:
     """litellm strips the provider prefix before sending."""
     return model.split("/", 1)[1] if "/" in model else model
+
+
+# routes ---------------------------------------------------------------------------------------
+
+OPENAI_ROUTE = "openai"
+ANTHROPIC_ROUTE = "anthropic"
+
+
+@lru_cache(maxsize=256)
+def wire_route(model: str) -> str:
+    """Which body litellm posts for ``model``: ``"anthropic"`` (litellm's own Anthropic messages
+    body) or ``"openai"`` (the chat-completions body, for OpenAI and every other route; only those
+    two are checked against what a server received). A model without a provider prefix is routed
+    by litellm itself."""
+    if not model:
+        return OPENAI_ROUTE
+    prefix = model.split("/", 1)[0] if "/" in model else ""
+    if prefix in (OPENAI_ROUTE, ANTHROPIC_ROUTE):
+        return prefix
+    from contextkit import backend
+
+    return ANTHROPIC_ROUTE if backend.provider_of(model) == ANTHROPIC_ROUTE else OPENAI_ROUTE
+
+
+def _wire_of(message: Message | Mapping[str, Any]) -> dict[str, Any]:
+    return to_wire(message) if isinstance(message, Message) else dict(message)
+
+
+def _provider_bytes(
+    model: str, wire: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]] | None, params: Mapping[str, Any]
+) -> int | None:
+    """Length of the body litellm builds for ``wire``; None when litellm refuses to build one
+    (a request without a non-system message: it never reaches the wire)."""
+    from contextkit import backend
+
+    sent = {k: v for k, v in params.items() if k not in _NOT_SENT and v is not None}
+    try:
+        return len(backend.provider_body(model, wire, tools=[dict(t) for t in tools] if tools else None, params=sent))
+    except Exception as exc:  # noqa: BLE001 - litellm raises its own and plain errors for bodies it will not build
+        _log.debug("litellm builds no %s body for this request (%s); measured as the chat-completions body", model, exc)
+        return None
 
 
 # tokens -------------------------------------------------------------------------------------
@@ -300,20 +367,70 @@ class Measure:
     messages: int
 
 
+# The stand-in of a long text on the Anthropic route: letters and digits only (JSON and base64
+# leave them as they are), a multiple of 4 long (a base64 image payload stays valid), a salt per
+# process so a text cannot contain another message's stand-in by accident.
+_SALT = os.urandom(3).hex()
+_MARK = re.compile(rf"Ck{_SALT}(\d{{8}})".encode())
+_KEEP = 8  # characters kept at each end of a replaced text: litellm strips, checks emptiness there
+_LONG = 64  # texts shorter than this are sent to litellm as they are
+_MEMO = 16  # whole-request results kept (the same history is measured several times per turn)
+
+
+@dataclass(frozen=True, slots=True)
+class _Skeleton:
+    """A message as litellm sees it, with the middle of each long text replaced by a stand-in;
+    ``marks`` maps each stand-in's number to the bytes the real middle adds beyond it."""
+
+    wire: dict[str, Any]
+    marks: tuple[tuple[int, int], ...]
+    fetched: bool = False  # an http:// image, which litellm downloads into the body when it sends
+
+
+def _ascii_len(text: str) -> int:
+    """Bytes of ``text`` inside an ASCII-escaped JSON string (what ``json.dumps`` writes)."""
+    return len(json.dumps(text)) - 2
+
+
+def _fresh(obj: Any) -> Any:
+    """A copy of the dicts and lists of ``obj`` (litellm's transformation may change them)."""
+    if isinstance(obj, dict):
+        return {k: _fresh(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_fresh(v) for v in obj]
+    return obj
+
+
 class RequestMeter:
     """Caches per-message sizes so re-measuring a grown history costs only the new messages.
 
     Keys are the immutable ``Message`` values themselves (their hash is cheap: Python caches
     string hashes), so a message that appears again after compaction is not re-counted.
+
+    On the Anthropic route (``wire_route``) the request bytes come from the body litellm builds:
+    each message is cached as a ``_Skeleton`` (long texts cut to their ends around a numbered
+    stand-in), litellm transforms the skeletons, and each stand-in found in that body adds the
+    escaped size of the text it replaced. Every decision litellm makes about the request (merged
+    turns, the system prompt apart, parsed tool-call arguments, an added placeholder tool) is in
+    the figure; only the long texts are not handed to it again. A stand-in litellm does not pass
+    through (it never has) makes that request measured from the real messages instead.
     """
 
     def __init__(self, model: str = "", *, max_entries: int = 200_000) -> None:
         self.model = model
         self._cache: OrderedDict[Message, tuple[int, int]] = OrderedDict()
+        self._skeletons: dict[Message, _Skeleton] = {}
+        self._memo: OrderedDict[Any, int | None] = OrderedDict()
+        self._next_mark = 0
         self._lock = threading.Lock()
         self._max = max_entries
         self.misses = 0
         self.hits = 0
+        self.fallbacks = 0  # Anthropic-route requests measured from the real messages
+
+    @property
+    def route(self) -> str:
+        return wire_route(self.model)
 
     def _sizes(self, message: Message) -> tuple[int, int]:
         with self._lock:
@@ -321,7 +438,10 @@ class RequestMeter:
             if hit is not None:
                 self.hits += 1
                 return hit
-        sizes = (message_bytes(message), message_tokens(message, self.model))
+        # escaped as the route sends text: ASCII escapes on the Anthropic route, UTF-8 elsewhere
+        anthropic = self.route == ANTHROPIC_ROUTE
+        size = len(json.dumps(sent_message(message))) if anthropic else message_bytes(message)
+        sizes = (size, message_tokens(message, self.model))
         with self._lock:
             self.misses += 1
             self._cache[message] = sizes
@@ -330,6 +450,8 @@ class RequestMeter:
         return sizes
 
     def message_bytes(self, message: Message) -> int:
+        """One message's bytes as this route escapes its texts (for budgets; the request total
+        is ``measure``)."""
         return self._sizes(message)[0]
 
     def retain(self, messages: Iterable[Message]) -> None:
@@ -339,6 +461,9 @@ class RequestMeter:
         with self._lock:
             for message in [m for m in self._cache if m not in keep]:
                 del self._cache[message]
+            for message in [m for m in self._skeletons if m not in keep]:
+                del self._skeletons[message]
+            self._memo.clear()
 
     @property
     def entries(self) -> int:
@@ -358,11 +483,149 @@ class RequestMeter:
             b, t = self._sizes(message)
             total_bytes += b
             total_tokens += t
-        skeleton = request_bytes([], tools=tools, model=self.model, **params)
+        total_tokens += _REPLY_PRIMING + tools_tokens(tools, self.model)
+        if self.route == ANTHROPIC_ROUTE:
+            built = self._built_bytes(history, tools, params, None)
+            if built is not None:
+                return Measure(bytes=built, tokens=total_tokens, messages=len(history))
+            total_bytes = sum(message_bytes(m) for m in history)
+        skeleton = openai_request_bytes([], tools=tools, model=self.model, **params)
         # skeleton has "messages":[] ; add each message and the commas between them
         total_bytes += skeleton + max(0, len(history) - 1)
-        total_tokens += _REPLY_PRIMING + tools_tokens(tools, self.model)
         return Measure(bytes=total_bytes, tokens=total_tokens, messages=len(history))
+
+    def breakpoint_bytes(
+        self,
+        history: Sequence[Message],
+        positions: Sequence[int],
+        cache_control: Mapping[str, Any],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **params: Any,
+    ) -> int:
+        """Bytes that ``cache_control`` on the messages at ``positions`` adds to the request.
+
+        The OpenAI form carries it as one more key of each marked message; litellm's Anthropic
+        body moves it onto the message's last content block, so there it is measured."""
+        if not positions:
+            return 0
+        if self.route == ANTHROPIC_ROUTE:
+            marked = self._built_bytes(history, tools, params, (tuple(positions), dumps(cache_control)))
+            plain = self._built_bytes(history, tools, params, None)
+            if marked is not None and plain is not None:
+                return marked - plain
+        return len(positions) * (len(dumps({"cache_control": cache_control})) - 1)  # braces out, a comma in
+
+    # the Anthropic route ---------------------------------------------------------------------
+
+    def _skeleton(self, message: Message) -> _Skeleton:
+        with self._lock:
+            hit = self._skeletons.get(message)
+        if hit is not None:
+            return hit
+        wire = sent_message(message)
+        marks: list[tuple[int, int]] = []
+
+        def cut(text: Any, *, payload: bool = False) -> Any:
+            if not isinstance(text, str) or len(text) < _LONG:
+                return text
+            head_end = text.index(",") + 1 + _KEEP if payload and "," in text else _KEEP
+            middle = text[head_end:-_KEEP]
+            if not middle or text[:head_end].isspace() or text[-_KEEP:].isspace():
+                return text  # litellm strips or drops blank ends: give it the real text
+            with self._lock:
+                number, self._next_mark = self._next_mark, self._next_mark + 1
+            mark = f"Ck{_SALT}{number % 10**8:08d}"
+            marks.append((number % 10**8, _ascii_len(middle) - len(mark)))
+            return text[:head_end] + mark + text[-_KEEP:]
+
+        content = wire.get("content")
+        fetched = any(str(url).startswith("http://") for url in message.images)
+        if isinstance(content, str):
+            wire["content"] = cut(content)
+        elif isinstance(content, list):
+            parts: list[Any] = []
+            for part in content:
+                if isinstance(part, Mapping) and part.get("type") == "text":
+                    part = {**part, "text": cut(part.get("text"))}
+                elif isinstance(part, Mapping) and part.get("type") == "image_url":
+                    url = part.get("image_url")
+                    if isinstance(url, Mapping) and str(url.get("url", "")).startswith("data:"):
+                        part = {**part, "image_url": {**url, "url": cut(url["url"], payload=True)}}
+                parts.append(part)
+            wire["content"] = parts
+        skeleton = _Skeleton(wire, tuple(marks), fetched)
+        with self._lock:
+            self._skeletons[message] = skeleton
+        return skeleton
+
+    def _built_bytes(
+        self,
+        history: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None,
+        params: Mapping[str, Any],
+        marked: tuple[tuple[int, ...], str] | None,
+    ) -> int | None:
+        """Bytes of the Anthropic body litellm builds for ``history`` (None: it builds none)."""
+        key = (tuple(history), dumps(list(tools)) if tools else "", json.dumps(params, sort_keys=True, default=repr), marked)
+        with self._lock:
+            if key in self._memo:
+                self._memo.move_to_end(key)
+                return self._memo[key]
+        skeletons = [self._skeleton(m) for m in history]
+        if any(s.fetched for s in skeletons):
+            # measuring must not download: the image's size is unknown until litellm fetches it
+            return None
+        positions = set(marked[0]) if marked else set()
+        control = json.loads(marked[1]) if marked else None
+        wire = [
+            {**_fresh(s.wire), "cache_control": dict(control)} if i in positions and control else _fresh(s.wire)
+            for i, s in enumerate(skeletons)
+        ]
+        size = None
+        if history:
+            size = self._from_skeletons(wire, skeletons, tools, params)
+            if size is None:
+                real = [_wire_of(m) for m in history]
+                if control:
+                    real = [{**w, "cache_control": dict(control)} if i in positions else w for i, w in enumerate(real)]
+                size = _provider_bytes(self.model, real, tools, params)
+        with self._lock:
+            self._memo[key] = size
+            if len(self._memo) > _MEMO:
+                self._memo.popitem(last=False)
+        return size
+
+    def _from_skeletons(
+        self,
+        wire: list[dict[str, Any]],
+        skeletons: Sequence[_Skeleton],
+        tools: Sequence[Mapping[str, Any]] | None,
+        params: Mapping[str, Any],
+    ) -> int | None:
+        from contextkit import backend
+
+        sent = {k: v for k, v in params.items() if k not in _NOT_SENT and v is not None}
+        try:
+            body = backend.provider_body(
+                self.model, wire, tools=[dict(t) for t in tools] if tools else None, params=sent, copy_messages=False
+            )
+        except Exception:  # noqa: BLE001 - measured from the real messages, which says why
+            return None
+        extra = {number: delta for s in skeletons for number, delta in s.marks}
+        seen: set[int] = set()
+        size = len(body)
+        for found in _MARK.finditer(body):
+            number = int(found.group(1))
+            if number not in extra:
+                return None
+            seen.add(number)
+            size += extra[number]
+        if len(seen) != len(extra):
+            with self._lock:
+                self.fallbacks += 1
+            return None
+        return size
 
 
 def total_chars(history: Iterable[Message]) -> int:

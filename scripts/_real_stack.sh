@@ -1,5 +1,7 @@
 # Installs what the real-infrastructure lane (tests/real and the tests marked real) needs; sourced by scripts/test.sh.
 #  - Debian's nginx (apt; sudo when not root);
+#  - Debian's Squid, HAProxy, Apache + ModSecurity 2 + OWASP CRS and Caddy (apt): the middlebox lane starts them
+#    as foreground processes (contextkit/sim/middlebox.py); the packages' own services are stopped;
 #  - Debian's PostgreSQL server (apt): the archive's tests start it as a foreground process (contextkit/sim/postgres.py);
 #    the package's own cluster service is stopped and disabled, nothing is left running;
 #  - llama-cpp-python[server] in its own venv, from a wheel built once with `pip wheel` into
@@ -30,6 +32,28 @@ ck_apt_install() {
 if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
   echo "installing Debian nginx for the real-infrastructure lane" >&2
   ck_apt_install nginx
+fi
+
+# the real-middlebox lane (tests/real/test_middleboxes.py): Squid, HAProxy, Apache + ModSecurity + OWASP CRS,
+# Caddy; each is started by the tests as a foreground process, so the services the packages start are stopped
+ck_middleboxes=""
+command -v squid >/dev/null || [ -x /usr/sbin/squid ] || ck_middleboxes="$ck_middleboxes squid"
+command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || ck_middleboxes="$ck_middleboxes haproxy"
+[ -x /usr/sbin/apache2 ] || ck_middleboxes="$ck_middleboxes apache2"
+[ -f /usr/lib/apache2/modules/mod_security2.so ] || ck_middleboxes="$ck_middleboxes libapache2-mod-security2"
+[ -d /usr/share/modsecurity-crs/rules ] || ck_middleboxes="$ck_middleboxes modsecurity-crs"
+command -v caddy >/dev/null || ck_middleboxes="$ck_middleboxes caddy"
+if [ -n "$ck_middleboxes" ]; then
+  echo "installing Debian's$ck_middleboxes for the real-middlebox lane" >&2
+  # shellcheck disable=SC2086 # one word per package
+  ck_apt_install $ck_middleboxes
+  for service in squid haproxy apache2 caddy; do
+    if command -v systemctl >/dev/null && systemctl is-active --quiet "$service" 2>/dev/null; then
+      systemctl stop "$service" 2>/dev/null || true
+    elif command -v service >/dev/null; then
+      service "$service" stop >/dev/null 2>&1 || true
+    fi
+  done
 fi
 
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null; then

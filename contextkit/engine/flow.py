@@ -175,7 +175,7 @@ def _prepare(ctx: FlowContext, stream: bool) -> Generator[Effect, Any, _Prepared
         params["max_tokens"] = st.max_tokens
     if stream or st.max_tokens:
         sent = measure(ctx, out, **params, stream=stream)
-    request = request_for(ctx, out, sent)
+    request = request_for(ctx, out, sent, {**params, "stream": stream} if stream else params)
     return _Prepared(out, request.sent, params, request, known_to_fail(ctx, request.sent))
 
 

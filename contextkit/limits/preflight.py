@@ -9,7 +9,7 @@ their outcomes to the session's evidence and never sends one at or above a known
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,7 +21,7 @@ from contextkit.limits.learning import announce_window
 from contextkit.limits.summary_guard import watch_summaries
 from contextkit.markers import marker
 from contextkit.messages import Message, newest_request_index, to_wire_list
-from contextkit.policy.breakpoints import anchor_position, breakpoint_bytes, breakpoint_positions, with_breakpoints
+from contextkit.policy.breakpoints import EPHEMERAL, anchor_position, breakpoint_positions, with_breakpoints
 from contextkit.policy.budgets import enforce_tool_result_budgets, preview_chars
 from contextkit.policy.microcompact import MicrocompactConfig
 from contextkit.policy.oversize import EXCERPT_MIN_CHARS, excerpt_message, original_of
@@ -328,9 +328,12 @@ class Request:
     anchor: tuple[Message, ...]  # the prefix up to this request's anchor, to remember once it is sent
 
 
-def request_for(ctx: FlowContext, out: Sequence[Message], sent: Measure) -> Request:
-    """``out`` as sent (``policy/breakpoints.py``). Pure: the flow stores ``anchor`` in
-    ``ctx.cache_anchor`` only when the request really goes out (a refused one moves no anchor)."""
+def request_for(
+    ctx: FlowContext, out: Sequence[Message], sent: Measure, params: Mapping[str, Any] | None = None
+) -> Request:
+    """``out`` as sent (``policy/breakpoints.py``), ``params`` the request's parameters as ``sent``
+    was measured with. Pure: the flow stores ``anchor`` in ``ctx.cache_anchor`` only when the
+    request really goes out (a refused one moves no anchor)."""
     wire = to_wire_list(out)
     if not ctx.breakpoints:
         return Request(wire, wire, sent, ())
@@ -338,9 +341,13 @@ def request_for(ctx: FlowContext, out: Sequence[Message], sent: Measure) -> Requ
     still_valid = bool(previous) and tuple(out[: len(previous)]) == previous
     positions = breakpoint_positions(out, previous_anchor=len(previous) - 1 if still_valid else None)
     anchor = anchor_position(out)
+    # the route decides where litellm puts the marks (a key of the message, or of its last block)
+    added = ctx.meter.breakpoint_bytes(
+        out, positions, EPHEMERAL, tools=ctx.tools or None, **(ctx.params if params is None else params)
+    )
     return Request(
         wire,
         with_breakpoints(wire, positions),
-        replace(sent, bytes=sent.bytes + breakpoint_bytes(positions)),
+        replace(sent, bytes=sent.bytes + added),
         tuple(out[: anchor + 1]) if anchor is not None else (),
     )

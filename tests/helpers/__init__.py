@@ -5,5 +5,6 @@
   rejected as evidence of a limit);
 * ``archives`` - an archive on either backend (an SQLite file or a PostgreSQL schema) for the
   archive's test suite (the ``open_archive`` fixture in ``conftest.py``);
-* ``faults`` - random fault sequences through a session, and one turn in any loop (send, stream, astream).
+* ``faults`` - random fault sequences through a session, and one turn in any loop (send, stream, astream);
+* ``replay`` - a loopback server answering with one recorded middlebox rejection (``tests/fixtures/middleboxes``).
 """

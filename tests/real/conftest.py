@@ -1,4 +1,5 @@
-"""Fixtures of the real-infrastructure lane: Debian's nginx and llama-cpp-python's server.
+"""Fixtures of the real-infrastructure lane: Debian's nginx, Squid, HAProxy, Apache + ModSecurity +
+OWASP CRS, Caddy, and llama-cpp-python's server.
 
 ``scripts/test.sh`` installs both (nginx with apt, the llama-cpp-python wheel built once into
 ``${XDG_CACHE_HOME:-~/.cache}/contextkit/wheels``). When they are missing these fixtures fail with
@@ -15,6 +16,7 @@ import pytest
 from contextkit.sim import GatewaySimulator
 from contextkit.sim import llama as llama_mod
 from contextkit.sim.llama import LlamaServer
+from contextkit.sim.middlebox import MIDDLEBOXES, Middlebox, install_hint, middlebox_binary
 from contextkit.sim.nginx import NginxGateway, nginx_binary
 
 INSTALL_HINT = "run `bash scripts/test.sh` once (it installs them), or skip this lane with --skip-real"
@@ -41,6 +43,24 @@ def nginx_in_front() -> Iterator[Callable[..., NginxGateway]]:
     yield start
     for gateway in started:
         gateway.cleanup()
+
+
+@pytest.fixture
+def middlebox_in_front() -> Iterator[Callable[..., Middlebox]]:
+    """``middlebox_in_front(kind, upstream_port, **options)`` -> a started middlebox
+    (``contextkit.sim.middlebox``: squid, haproxy, apache, caddy); skips when its package is missing."""
+    started: list[Middlebox] = []
+
+    def start(kind: str, upstream_port: int, **options: object) -> Middlebox:
+        if middlebox_binary(kind) is None:
+            pytest.skip(f"{kind} is not installed: {install_hint(kind)}, or skip this lane with --skip-real")
+        box = MIDDLEBOXES[kind](upstream_port, **options).start()  # type: ignore[arg-type]
+        started.append(box)
+        return box
+
+    yield start
+    for box in started:
+        box.cleanup()
 
 
 @pytest.fixture(scope="module")
