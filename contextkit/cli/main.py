@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--steps", type=int, default=30, help="agent steps (tool calls)")
     sub.add_parser("sim", help="serve the gateway simulator (see contextkit sim --help)", add_help=False)
     sub.add_parser("experiment", help="run a named strategy sweep (see contextkit experiment --help)", add_help=False)
+    sub.add_parser("mcp", help="serve an archive to MCP clients (see contextkit mcp --help)", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
         from contextkit.cli.demo import run_demo
@@ -31,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
         from contextkit.sim import run_sim_cli
 
         return run_sim_cli(rest)
+    if args.command == "mcp":
+        from contextkit.cli.mcp_server import run_mcp_cli
+
+        return run_mcp_cli(rest)
     from contextkit.experiments.report import run_experiment_cli
 
     return run_experiment_cli(rest)
