@@ -216,3 +216,12 @@ def workbench_path(archive: Any, session_id: str) -> Path | None:
     if not path:
         return None
     return workbench_file(Path(path), session_id)
+
+
+def context_engine_for(spec: str | None, summarizer: Any, limits: Limits, status: Any) -> Any:
+    """``context_engine=``: None, or the engine that asks an MCP server before ``summarizer``."""
+    if spec is None:
+        return None
+    from contextkit.context_engines import McpContextEngine
+
+    return McpContextEngine(spec, fallback=summarizer, timeout=limits.context_engine_timeout, status=status)

@@ -24,6 +24,7 @@ from typing import Any
 from contextkit.archive import Archive
 from contextkit.compaction.compactor import Compactor
 from contextkit.compaction.summarizer import LiteLLMSummarizer
+from contextkit.context_engines import parse_context_engine
 from contextkit.engine.driver import EffectRunner, cancel
 from contextkit.engine.effects import Reply
 from contextkit.engine.flow import turn_flow
@@ -38,6 +39,7 @@ from contextkit.session.config import (
     cache_breakpoints_for,
     check_model,
     check_price_as,
+    context_engine_for,
     context_window,
     default_status,
     flush_sink,
@@ -73,6 +75,9 @@ class Session(SessionViews, SessionControls):
     map (cache reads and writes at their own prices), so runs against the simulator give real-money
     figures. ``cache_breakpoints``: place Anthropic-style ``cache_control`` breakpoints (None: only
     for providers that need them - Anthropic, Claude on Bedrock/Vertex; see ``policy/breakpoints.py``).
+    ``context_engine="mcp:<command or URL>"``: the summary stage asks that MCP server's
+    ``context_compact`` first (``context_engines/mcp_engine.py``; the built-in summarizer answers
+    when it errs, times out after ``Limits.context_engine_timeout`` or answers empty).
     """
 
     def __init__(
@@ -89,10 +94,12 @@ class Session(SessionViews, SessionControls):
         events: EventLog | None = None,
         price_as: str | None = None,
         cache_breakpoints: bool | None = None,
+        context_engine: str | None = None,
         **litellm_kwargs: Any,
     ) -> None:
         check_model(model)
         check_price_as(price_as)
+        parse_context_engine(context_engine)
         self.price_as = price_as
         self.cache_breakpoints = cache_breakpoints_for(model, cache_breakpoints)
         self.model = model
@@ -131,11 +138,12 @@ class Session(SessionViews, SessionControls):
         self.summarizer = LiteLLMSummarizer(summary_model, timeout=self.limits.summary_timeout, **summary_kwargs)
         if summary_model == model:
             self.summarizer.price_as = price_as
+        self.context_engine = context_engine_for(context_engine, self.summarizer, self.limits, self._notify_status)
         self._runner = EffectRunner(
             model,
             self._litellm_kwargs,
             tools=self._tools,
-            summarizer=self.summarizer,
+            summarizer=self.context_engine or self.summarizer,
             request_timeout=self.limits.request_timeout,
             price_as=price_as,
         )
@@ -229,6 +237,8 @@ class Session(SessionViews, SessionControls):
                 unclaim(self.session_id)
             if self._owns_archive:
                 self.archive.close()
+            if self.context_engine is not None:
+                self.context_engine.close()
 
     @property
     def closed(self) -> bool:
