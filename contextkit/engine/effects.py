@@ -17,6 +17,8 @@ class CallModel:
     tokens: int
     stream: bool = False
     purpose: str = "turn"
+    model: str | None = None  # a fallback model for this call (None: the session's model)
+    overrides: dict[str, Any] | None = None  # that fallback's own litellm arguments (api_base, api_key, ...)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ class Reply:
     cost: float = 0.0
     attempts: list[dict[str, Any]] = field(default_factory=list)
     tool_calls: int = 0
+    model: str = ""  # the model that answered (a fallback's name when the turn moved to one)
 
     @property
     def recovered(self) -> bool:

@@ -225,3 +225,32 @@ def context_engine_for(spec: str | None, summarizer: Any, limits: Limits, status
     from contextkit.context_engines import McpContextEngine
 
     return McpContextEngine(spec, fallback=summarizer, timeout=limits.context_engine_timeout, status=status)
+
+
+def session_fallbacks(fallbacks: Any) -> tuple[tuple[str, dict[str, Any], int | None], ...]:
+    """``fallbacks=``: model names (the session's litellm arguments apply to them too: another model
+    behind the same gateway) or dicts ``{"model": ..., "api_base": ..., "api_key": ...}`` whose
+    keys replace the session's for that model. Returns (model, overrides, known window) per entry."""
+    if fallbacks is None:
+        return ()
+    if isinstance(fallbacks, str | dict) or not isinstance(fallbacks, Sequence):
+        raise ConfigError(
+            f"fallbacks must be a list of models, e.g. ['openai/gpt-4.1-mini'] or [{{'model': ..., 'api_base': ...}}], "
+            f"got {fallbacks!r}"
+        )
+    out = []
+    for entry in fallbacks:
+        if isinstance(entry, str):
+            model, overrides = entry, {}
+        elif isinstance(entry, dict) and isinstance(entry.get("model"), str):
+            overrides = {k: v for k, v in entry.items() if k != "model"}
+            model = entry["model"]
+        else:
+            raise ConfigError(
+                f"each fallback is a model name or a dict with a 'model' key (plus its own api_base, api_key ...), got {entry!r}"
+            )
+        check_model(model)
+        info = backend.model_info(model)
+        window = info.get("max_input_tokens") or info.get("max_tokens")
+        out.append((model, overrides, int(window) if window else None))
+    return tuple(out)

@@ -45,6 +45,7 @@ from contextkit.session.config import (
     flush_sink,
     own_archive,
     send_status,
+    session_fallbacks,
     session_limits,
     session_tools,
     status_sink,
@@ -78,6 +79,10 @@ class Session(SessionViews, SessionControls):
     ``context_engine="mcp:<command or URL>"``: the summary stage asks that MCP server's
     ``context_compact`` first (``context_engines/mcp_engine.py``; the built-in summarizer answers
     when it errs, times out after ``Limits.context_engine_timeout`` or answers empty).
+    ``fallbacks=["openai/gpt-4.1-mini", {"model": ..., "api_base": ...}]``: a turn whose model fails
+    for a reason that is not size (still failing after the retries, overloaded, gone) moves to the
+    next; ``fallback_on_overflow=True`` lets one with a larger window take an overflowing turn
+    before compaction (``engine/fallback.py``).
     """
 
     def __init__(
@@ -95,11 +100,15 @@ class Session(SessionViews, SessionControls):
         price_as: str | None = None,
         cache_breakpoints: bool | None = None,
         context_engine: str | None = None,
+        fallbacks: Sequence[str | dict[str, Any]] | None = None,
+        fallback_on_overflow: bool = False,
         **litellm_kwargs: Any,
     ) -> None:
         check_model(model)
         check_price_as(price_as)
         parse_context_engine(context_engine)
+        self.fallbacks = session_fallbacks(fallbacks)
+        self.fallback_on_overflow = bool(fallback_on_overflow)
         self.price_as = price_as
         self.cache_breakpoints = cache_breakpoints_for(model, cache_breakpoints)
         self.model = model
@@ -341,6 +350,8 @@ class Session(SessionViews, SessionControls):
                 breakpoints=self.cache_breakpoints,
                 recall_tool=recall_tool,
                 jitter=random.Random().random,  # back-off jitter (not a secret)
+                fallbacks=self.fallbacks,
+                fallback_on_overflow=self.fallback_on_overflow,
             )
             self._ctx = ctx
         return ctx

@@ -82,7 +82,7 @@ def respond(sim: Upstream, route: str, body: bytes, cfg: SimConfig, seq: int) ->
             out.response = faults.overflow(route, cfg.overflow_style, max(tokens, window + 1), window)
         elif fault in faults.REJECT_MODES:
             out.response = faults.gateway_reject(route, fault, len(body), cfg.max_body)
-        elif fault in ("429", "500", "auth401", "auth403"):
+        elif fault in ("429", "500", "503", "model_gone", "auth401", "auth403"):
             out.response = faults.simple_fault(route, fault)
         elif fault == "timeout":
             out.sleep_then_drop = cfg.timeout_sleep
