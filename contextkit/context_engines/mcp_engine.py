@@ -42,13 +42,16 @@ class ContextEngineError(ContextkitRuntimeError):
 
 
 def parse_context_engine(value: object) -> tuple[str, list[str]] | None:
-    """``context_engine=``: None, or ``("url", [URL])`` / ``("command", argv)`` for ``"mcp:..."``."""
+    """``context_engine=``: None, ``("provider", [])``, or ``("url", [URL])`` / ``("command", argv)``
+    for ``"mcp:..."``."""
     if value is None:
         return None
+    if value == "provider":
+        return "provider", []
     if not isinstance(value, str) or not value.startswith(PREFIX) or not value[len(PREFIX) :].strip():
         raise ConfigError(
-            f"context_engine must be 'mcp:<command>' (e.g. 'mcp:python my_engine.py') or 'mcp:<http(s) URL>', "
-            f"got {value!r}"
+            f"context_engine must be 'provider', 'mcp:<command>' (e.g. 'mcp:python my_engine.py') or "
+            f"'mcp:<http(s) URL>', got {value!r}"
         )
     target = value[len(PREFIX) :].strip()
     if target.startswith(("http://", "https://")):
@@ -164,7 +167,8 @@ class McpContextEngine:
         status: Status | None = None,
     ) -> None:
         parsed = parse_context_engine(spec)
-        assert parsed is not None
+        if parsed is None or parsed[0] == "provider":
+            raise ConfigError(f"McpContextEngine needs 'mcp:<command or URL>', got {spec!r}")
         require_extra('context_engine="mcp:..."', "mcp", extra="mcp")
         self.spec = spec
         self.label = spec if len(spec) <= 60 else spec[:57] + "..."

@@ -312,4 +312,14 @@ def parse_reply(response: Any, model: str, latency: float, *, price_as: str | No
         latency_s=latency,
         cached_prompt_tokens=cached,
         cache_write_tokens=written,
+        context_edits=applied_edits(message),
     )
+
+
+def applied_edits(message: Any) -> tuple[dict[str, Any], ...]:
+    """The server-side context edits an answer reports (Anthropic's ``context_management.applied_edits``,
+    which litellm keeps in the message's ``provider_specific_fields``)."""
+    fields = getattr(message, "provider_specific_fields", None) or {}
+    management = fields.get("context_management") if isinstance(fields, dict) else None
+    edits = management.get("applied_edits") if isinstance(management, dict) else None
+    return tuple(e for e in edits if isinstance(e, dict)) if isinstance(edits, list) else ()

@@ -33,6 +33,7 @@ class ModelReply:
     latency_s: float = 0.0
     cached_prompt_tokens: int = 0  # part of prompt_tokens the provider read from its prompt cache
     cache_write_tokens: int = 0  # part of prompt_tokens the provider wrote to it (Anthropic bills them)
+    context_edits: tuple[dict[str, Any], ...] = ()  # server-side context edits the provider applied
 
 
 @dataclass(frozen=True)

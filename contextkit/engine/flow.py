@@ -34,7 +34,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from contextkit.engine import fallback
+from contextkit.engine import fallback, provider_edits
 from contextkit.engine.answer import Answer
 from contextkit.engine.effects import CallModel, ModelFailure, ModelReply, Reply, RunTools, Sleep, StreamNote
 from contextkit.engine.recall_round import model_recall_round
@@ -346,6 +346,9 @@ def _after_reply(
     ctx.evidence(fallback.active(ctx, turn.model_index)[0]).accepted(sent.bytes, sent.tokens)
     turn.retries = 0
     _count_usage(st, turn, outcome)
+    provider_edits.count_rebuild(ctx, outcome.cache_write_tokens)
+    if outcome.context_edits:  # the provider edited its copy of the prompt: the local history follows
+        provider_edits.mirror(ctx, outcome.context_edits)
     turn.attempts.append(
         {"outcome": "ok", "level": turn.episode.level, "bytes": sent.bytes, "finish_reason": outcome.finish_reason}
     )

@@ -220,7 +220,7 @@ def workbench_path(archive: Any, session_id: str) -> Path | None:
 
 def context_engine_for(spec: str | None, summarizer: Any, limits: Limits, status: Any) -> Any:
     """``context_engine=``: None, or the engine that asks an MCP server before ``summarizer``."""
-    if spec is None:
+    if spec is None or spec == "provider":
         return None
     from contextkit.context_engines import McpContextEngine
 

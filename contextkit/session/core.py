@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import os
 import random
 import threading
@@ -28,6 +29,7 @@ from contextkit.context_engines import parse_context_engine
 from contextkit.engine.driver import EffectRunner, cancel
 from contextkit.engine.effects import Reply
 from contextkit.engine.flow import turn_flow
+from contextkit.engine.provider_edits import CONTEXT_MANAGEMENT, supports_provider_edits
 from contextkit.engine.streaming import AsyncReplyStream, ReplyStream
 from contextkit.errors import InvalidMessageError, UsageError
 from contextkit.events import ArchiveEvent, EventLog, NoticeEvent
@@ -148,6 +150,17 @@ class Session(SessionViews, SessionControls):
         if summary_model == model:
             self.summarizer.price_as = price_as
         self.context_engine = context_engine_for(context_engine, self.summarizer, self.limits, self._notify_status)
+        if context_engine == "provider":
+            if supports_provider_edits(model):
+                # sent with every request (and measured into its bytes): the summarizer's copy is made above
+                self._litellm_kwargs["context_management"] = copy.deepcopy(CONTEXT_MANAGEMENT)
+            else:
+                self._notify(
+                    "provider_engine",
+                    f"context_engine='provider': {model}'s provider has no server-side context editing that "
+                    "contextkit can use (Anthropic's API has); the option is ignored for this session",
+                    "info",
+                )
         self._runner = EffectRunner(
             model,
             self._litellm_kwargs,
