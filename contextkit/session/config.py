@@ -254,3 +254,20 @@ def session_fallbacks(fallbacks: Any) -> tuple[tuple[str, dict[str, Any], int | 
         window = info.get("max_input_tokens") or info.get("max_tokens")
         out.append((model, overrides, int(window) if window else None))
     return tuple(out)
+
+
+def with_tool_index(tools: dict[str, Tool]) -> dict[str, Tool]:
+    """``tool_index=True``: the session's tools plus ``describe_tools``, which answers with their full schemas."""
+    from contextkit.policy.tool_index import DESCRIBE_TOOLS, describe, describe_tools_schema
+
+    if DESCRIBE_TOOLS in tools:
+        raise ConfigError(
+            f"a tool named {DESCRIBE_TOOLS!r} would shadow the tool index's own; rename it, or leave tool_index off"
+        )
+    full = [t.schema() for t in tools.values()]
+
+    def describe_tools(names: str) -> str:
+        return describe(full, names)
+
+    own = describe_tools_schema()["function"]
+    return {**tools, DESCRIBE_TOOLS: Tool(DESCRIBE_TOOLS, own["description"], own["parameters"], describe_tools)}

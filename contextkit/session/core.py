@@ -53,6 +53,7 @@ from contextkit.session.config import (
     status_sink,
     stderr_status,
     system_message,
+    with_tool_index,
     workbench_path,
 )
 from contextkit.session.controls import SessionControls
@@ -84,7 +85,9 @@ class Session(SessionViews, SessionControls):
     ``fallbacks=["openai/gpt-4.1-mini", {"model": ..., "api_base": ...}]``: a turn whose model fails
     for a reason that is not size (still failing after the retries, overloaded, gone) moves to the
     next; ``fallback_on_overflow=True`` lets one with a larger window take an overflowing turn
-    before compaction (``engine/fallback.py``).
+    before compaction (``engine/fallback.py``). ``tool_index=True``: tools are sent as one line each
+    (parameters without descriptions) plus a ``describe_tools`` tool with the full schemas, a smaller
+    floor (``policy/tool_index.py``).
     """
 
     def __init__(
@@ -104,6 +107,7 @@ class Session(SessionViews, SessionControls):
         context_engine: str | None = None,
         fallbacks: Sequence[str | dict[str, Any]] | None = None,
         fallback_on_overflow: bool = False,
+        tool_index: bool = False,
         **litellm_kwargs: Any,
     ) -> None:
         check_model(model)
@@ -123,6 +127,9 @@ class Session(SessionViews, SessionControls):
         observe = getattr(self.archive, "observe", None)
         self._unobserve = observe(self._on_archived) if callable(observe) else None
         self._tools = session_tools(tools)
+        self.tool_index = bool(tool_index) and bool(self._tools)
+        if self.tool_index:
+            self._tools = with_tool_index(self._tools)
         self._status = status_sink(status, self.session_id)
         self._lock = threading.RLock()
         self._busy = False  # a turn or compaction is running (guards re-entry from tools or interleaved streams)
