@@ -6,13 +6,14 @@ import json
 
 from contextkit import Limits
 from contextkit.archive import Archive
-from contextkit.events import NoticeEvent
+from contextkit.events import NoticeEvent, ProviderEditEvent
 from contextkit.markers import extract_keys_tolerant
 from contextkit.policy.clearing import CLEARED_PREFIX
 from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator
 from contextkit.sim.context_edit import clear_tool_uses as sim_clear
 from contextkit.tools import ToolResult
+from contextkit.widgets.gauge import HistoryGauge
 
 
 def part(n: int) -> str:
@@ -59,6 +60,12 @@ def test_a_40_turn_agent_is_cleared_by_the_provider_and_mirrored_locally() -> No
     assert len(notices) == stats.provider_edits
     assert "the provider cleared" in notices[0].text and "tokens" in notices[0].text
     assert stats.expected_cache_rebuilds == stats.provider_edits
+    edits = [e for e in session.events if isinstance(e, ProviderEditEvent)]
+    assert sum(e.cleared_results for e in edits) == stats.provider_cleared_results and len(edits) == stats.provider_edits
+    # the dashboard's gauge shows the totals
+    gauge = HistoryGauge(session)
+    assert gauge.provider_cleared_tokens == stats.provider_cleared_tokens
+    assert f"provider cleared {stats.provider_cleared_results} tool results" in gauge.info.value
 
 
 def test_a_provider_without_server_side_editing_ignores_the_option_and_says_so_once() -> None:

@@ -9,8 +9,8 @@ next request would bring the cleared results back, and the server would clear th
 an answer reports applied edits, the local history does what the server did - every tool result
 but the 5 newest becomes a stub whose original is archived and recallable - and:
 
-- a ``provider_clearing`` notice (event and status line) says how many edits, results and tokens
-  the provider cleared; ``SessionStats.provider_edits`` / ``provider_cleared_results`` /
+- a ``ProviderEditEvent`` and a ``provider_clearing`` notice (event and status line) say how many
+  edits, results and tokens the provider cleared (the dashboard's gauge shows the totals); ``SessionStats.provider_edits`` / ``provider_cleared_results`` /
   ``provider_cleared_tokens`` add them up;
 - the next cache write is counted as an expected rebuild (``expected_cache_rebuilds``): the edit
   changed the prompt, so the provider writes its cache again - a cost the edit chose, not a break.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from contextkit.events import ProviderEditEvent
 from contextkit.limits.context import FlowContext, emit_history, measure
 from contextkit.policy.clearing import ClearingConfig, clear_tool_uses
 
@@ -69,6 +70,10 @@ def mirror(ctx: FlowContext, edits: tuple[dict[str, Any], ...]) -> None:
         st.history = history
         emit_history(ctx, "provider_clearing")
     ctx.expect_rebuild = True
+    ctx.events.append(
+        ProviderEditEvent(session_id=st.session_id, turn=st.turn, edits=len(edits), cleared_results=cleared,
+                          cleared_tokens=tokens, stubs=report.cleared)
+    )  # fmt: skip
     ctx.notify(
         "provider_clearing",
         f"the provider cleared {cleared} tool result{'s' if cleared != 1 else ''} ({tokens:,} tokens) server-side "
