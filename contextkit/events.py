@@ -233,6 +233,21 @@ class StreamEvent(Event):
     level: int = 0
 
 
+@dataclass(frozen=True, kw_only=True)
+class ProviderEditEvent(Event):
+    """The provider applied server-side context edits (``Session(context_engine="provider")``).
+
+    ``edits``, ``cleared_results`` and ``cleared_tokens`` are what the provider reported; ``stubs`` how
+    many tool results the local history turned into stubs to mirror it (originals archived).
+    """
+
+    type: ClassVar[str] = "provider_edit"
+    edits: int = 0
+    cleared_results: int = 0
+    cleared_tokens: int = 0
+    stubs: int = 0
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -245,6 +260,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         HistoryEvent,
         ArchiveEvent,
         StreamEvent,
+        ProviderEditEvent,
     )
 }
 

@@ -198,6 +198,11 @@ class Limits:
     for a long segment, and a summary abandoned half-way is paid for and lost. No environment
     variable. Default: ``600.0``."""
 
+    context_engine_timeout: float = 180.0
+    """Seconds an external context engine (``Session(context_engine="mcp:...")``) may take to answer
+    one ``context_compact`` call; after that the built-in summarizer writes that compaction's
+    summary. No environment variable. Default: ``180.0``."""
+
     max_retries: int = 2
     """Retries of a request after a transient error or a rate limit, with the history unchanged (these
     are contextkit's retries: the SDK's own are disabled so every failure is classified and shown).

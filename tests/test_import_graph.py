@@ -121,6 +121,7 @@ LAYERS = (
     "archive",
     "compaction",
     "limits",
+    "context_engines",
     "engine",
     "session",
     "sim",

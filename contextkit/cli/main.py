@@ -21,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--steps", type=int, default=30, help="agent steps (tool calls)")
     sub.add_parser("sim", help="serve the gateway simulator (see contextkit sim --help)", add_help=False)
     sub.add_parser("experiment", help="run a named strategy sweep (see contextkit experiment --help)", add_help=False)
+    sub.add_parser("mcp", help="serve an archive to MCP clients (see contextkit mcp --help)", add_help=False)
+    sub.add_parser("ask", help="ask once: the answer on stdout, notices on stderr (see --help)", add_help=False)
+    sub.add_parser("chat", help="a chat REPL with recovery and /commands (see --help)", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
         from contextkit.cli.demo import run_demo
@@ -31,6 +34,14 @@ def main(argv: list[str] | None = None) -> int:
         from contextkit.sim import run_sim_cli
 
         return run_sim_cli(rest)
+    if args.command == "mcp":
+        from contextkit.cli.mcp_server import run_mcp_cli
+
+        return run_mcp_cli(rest)
+    if args.command in ("ask", "chat"):
+        from contextkit.cli.loops import run_ask_cli, run_chat_cli
+
+        return (run_ask_cli if args.command == "ask" else run_chat_cli)(rest)
     from contextkit.experiments.report import run_experiment_cli
 
     return run_experiment_cli(rest)

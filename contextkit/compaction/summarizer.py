@@ -29,6 +29,10 @@ class SummaryRequest:
 
     ``temperature`` and ``max_tokens`` (None: the provider's default) are sent with the call; a
     retry changes the temperature and the prompt, so it is never the identical request.
+
+    ``segment``, ``budget_chars`` and ``instruction`` are the parts the prompt was made from (the
+    rendered, budgeted segment, the most characters the prose may take, the user's instruction):
+    an external context engine takes them separately instead of the prompt.
     """
 
     prompt: str
@@ -37,6 +41,9 @@ class SummaryRequest:
     attempt: int = 1
     temperature: float | None = None
     max_tokens: int | None = None
+    segment: str = ""
+    budget_chars: int = 0
+    instruction: str | None = None
 
     def params(self) -> dict[str, Any]:
         """The sampling parameters this request sets (none when both are None)."""

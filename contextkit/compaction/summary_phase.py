@@ -160,6 +160,7 @@ class SummaryStage:
                 wire_safe(s2.summary_prompt(segment_text, instruction, emphasis)),  # the request must encode
                 model=self.limits.compact_model, timeout=self.limits.summary_timeout, attempt=attempt,
                 temperature=SUMMARY_TEMPERATURES[attempt - 1], max_tokens=max_tokens,
+                segment=wire_safe(segment_text), budget_chars=room, instruction=instruction,
             )  # fmt: skip
             reply = yield request
             run.calls += 1

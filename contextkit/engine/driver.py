@@ -103,6 +103,7 @@ class EffectRunner:
     # model calls ---------------------------------------------------------------------------------------
     def _call_kwargs(self, effect: CallModel) -> dict[str, Any]:
         kwargs = dict(self._kwargs)
+        kwargs.update(effect.overrides or {})
         kwargs.update(effect.params)
         if effect.tools:
             kwargs["tools"] = effect.tools
@@ -120,12 +121,12 @@ class EffectRunner:
         started = time.monotonic()
         try:
             response = backend.completion(
-                self.model, effect.messages, timeout=self.request_timeout, **self._call_kwargs(effect)
+                effect.model or self.model, effect.messages, timeout=self.request_timeout, **self._call_kwargs(effect)
             )
         except Exception as exc:  # noqa: BLE001 - classified by the flow
             _annotate(exc, effect.bytes)
             return ModelFailure(exc, "", time.monotonic() - started)
-        return parse_reply(response, self.model, time.monotonic() - started, price_as=self.price_as)
+        return parse_reply(response, effect.model or self.model, time.monotonic() - started, price_as=self.price_as)
 
     def stream_model(
         self, effect: CallModel, on_delta: Callable[[str], None] | None = None
@@ -137,7 +138,7 @@ class EffectRunner:
         stream: Any = None
         try:
             stream = backend.completion(
-                self.model, effect.messages, timeout=self.request_timeout, stream=True, **self._call_kwargs(effect)
+                effect.model or self.model, effect.messages, timeout=self.request_timeout, stream=True, **self._call_kwargs(effect)
             )
             for chunk in stream:
                 chunks.append(chunk)
@@ -168,12 +169,12 @@ class EffectRunner:
         started = time.monotonic()
         try:
             response = await backend.acompletion(
-                self.model, effect.messages, timeout=self.request_timeout, **self._call_kwargs(effect)
+                effect.model or self.model, effect.messages, timeout=self.request_timeout, **self._call_kwargs(effect)
             )
         except Exception as exc:  # noqa: BLE001 - classified by the flow
             _annotate(exc, effect.bytes)
             return ModelFailure(exc, "", time.monotonic() - started)
-        return parse_reply(response, self.model, time.monotonic() - started, price_as=self.price_as)
+        return parse_reply(response, effect.model or self.model, time.monotonic() - started, price_as=self.price_as)
 
     async def astream_model(self, effect: CallModel) -> AsyncGenerator[str | ModelReply | ModelFailure, None]:
         """Async ``stream_model``: yields each text delta, then the outcome as the last item.
@@ -188,7 +189,7 @@ class EffectRunner:
         outcome: ModelReply | ModelFailure
         try:
             stream = await backend.acompletion(
-                self.model, effect.messages, timeout=self.request_timeout, stream=True, **self._call_kwargs(effect)
+                effect.model or self.model, effect.messages, timeout=self.request_timeout, stream=True, **self._call_kwargs(effect)
             )
             async for chunk in stream:
                 chunks.append(chunk)
@@ -209,7 +210,7 @@ class EffectRunner:
         """The outcome of a stream read to its end; an empty stream is a failure, not an empty answer."""
         latency = time.monotonic() - started
         response = backend.stream_chunk_builder(chunks, messages=effect.messages) if chunks else None
-        reply = parse_reply(response, self.model, latency, price_as=self.price_as) if response is not None else None
+        reply = parse_reply(response, effect.model or self.model, latency, price_as=self.price_as) if response is not None else None
         if reply is not None and (reply.content or reply.tool_calls or backend.provider_finished(stream) is True):
             return reply
         error = ProviderError(
@@ -311,4 +312,14 @@ def parse_reply(response: Any, model: str, latency: float, *, price_as: str | No
         latency_s=latency,
         cached_prompt_tokens=cached,
         cache_write_tokens=written,
+        context_edits=applied_edits(message),
     )
+
+
+def applied_edits(message: Any) -> tuple[dict[str, Any], ...]:
+    """The server-side context edits an answer reports (Anthropic's ``context_management.applied_edits``,
+    which litellm keeps in the message's ``provider_specific_fields``)."""
+    fields = getattr(message, "provider_specific_fields", None) or {}
+    management = fields.get("context_management") if isinstance(fields, dict) else None
+    edits = management.get("applied_edits") if isinstance(management, dict) else None
+    return tuple(e for e in edits if isinstance(e, dict)) if isinstance(edits, list) else ()

@@ -17,6 +17,8 @@ class CallModel:
     tokens: int
     stream: bool = False
     purpose: str = "turn"
+    model: str | None = None  # a fallback model for this call (None: the session's model)
+    overrides: dict[str, Any] | None = None  # that fallback's own litellm arguments (api_base, api_key, ...)
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class ModelReply:
     latency_s: float = 0.0
     cached_prompt_tokens: int = 0  # part of prompt_tokens the provider read from its prompt cache
     cache_write_tokens: int = 0  # part of prompt_tokens the provider wrote to it (Anthropic bills them)
+    context_edits: tuple[dict[str, Any], ...] = ()  # server-side context edits the provider applied
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class Reply:
     cost: float = 0.0
     attempts: list[dict[str, Any]] = field(default_factory=list)
     tool_calls: int = 0
+    model: str = ""  # the model that answered (a fallback's name when the turn moved to one)
 
     @property
     def recovered(self) -> bool:

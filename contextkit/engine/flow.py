@@ -34,6 +34,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from contextkit.engine import fallback, provider_edits
 from contextkit.engine.answer import Answer
 from contextkit.engine.effects import CallModel, ModelFailure, ModelReply, Reply, RunTools, Sleep, StreamNote
 from contextkit.engine.recall_round import model_recall_round
@@ -99,6 +100,7 @@ class _TurnTally:
     episode: Episode = field(default_factory=Episode)  # the recovery episode in progress (level 0: none)
     probed: set[str] = field(default_factory=set)  # bodies re-sent without streaming after an empty stream
     recalled: set[str] = field(default_factory=set)  # keys the model asked for with @recall in its text
+    model_index: int = 0  # 0: the session's model; i: Session(fallbacks=...)[i - 1] (engine/fallback.py)
 
 
 @dataclass(frozen=True)
@@ -204,9 +206,11 @@ def _send(
     st.stats.cache_breaks += sample.cache_break
     purpose = "continuation" if turn.answer.parts else "turn"
     ctx.cache_anchor = request.anchor
+    model, overrides = fallback.active(ctx, turn.model_index)
     call = CallModel(
-        request.messages, ctx.tools or None, prepared.params, sent.bytes, sent.tokens, stream=stream, purpose=purpose
-    )
+        request.messages, ctx.tools or None, prepared.params, sent.bytes, sent.tokens, stream=stream, purpose=purpose,
+        model=model, overrides=overrides,
+    )  # fmt: skip
     level = turn.episode.level
     outcome, failure = yield from send_request(ctx, call, sent, level, len(turn.attempts) + 1, sample)
     unread = failure is not None and failure.kind != FailureKind.CONTEXT_OVERFLOW and digest not in turn.probed
@@ -240,15 +244,16 @@ def _after_failure(
     st, sent, answer, episode = ctx.state, prepared.sent, turn.answer, turn.episode
     turn.attempts.append(attempt_record(failure, episode.level, sent))
     st.stats.count_failure(failure.kind.value)
+    model = fallback.active(ctx, turn.model_index)[0]
     if outcome.partial:  # the model had started answering: the body was accepted
-        ctx.evidence().accepted(sent.bytes, sent.tokens)
+        ctx.evidence(model).accepted(sent.bytes, sent.tokens)
     if failure.kind == FailureKind.AUTH:
         raise AuthenticationFailed(
             f"the provider refused the credentials ({failure.reason}); check api_key / the provider's key "
             "variable. No recovery was attempted.",
             failure=failure,
         ) from outcome.error
-    ev = ctx.evidence()
+    ev = ctx.evidence(model)
     verdict = judge(ev, failure, sent_bytes=sent.bytes, sent_tokens=sent.tokens, seen=ev.failed(digest))
     if verdict.lesson == Lesson.FAIL and answer.interrupted and not answer.voids:
         # The provider refuses to continue the interrupted answer: void it and ask again.
@@ -267,6 +272,16 @@ def _after_failure(
     if verdict.lesson == Lesson.RETRY:
         yield from _retry(ctx, turn, verdict, outcome, failure, stream)
         return _AGAIN
+    if verdict.lesson == Lesson.FAIL and fallback.model_gone(verdict.failure):
+        to = fallback.next_index(ctx, turn.model_index)
+        if to is not None and not outcome.partial:
+            _move(ctx, turn, to, verdict.failure.reason)
+            return _AGAIN
+    if verdict.about_window and ctx.fallback_on_overflow and not outcome.partial:
+        to = fallback.next_index(ctx, turn.model_index, tokens=sent.tokens)
+        if to is not None:
+            _move(ctx, turn, to, f"{verdict.failure.reason}; a fallback with a larger window takes the turn")
+            return _AGAIN
     if verdict.lesson == Lesson.FAIL:
         raise ProviderError(
             f"request failed: {verdict.failure.reason}. This is not a size problem, so this failure compacted "
@@ -290,6 +305,10 @@ def _retry(
     once = verdict.once and turn.once_retries <= 2 * st.limits.max_recovery_attempts
     turn.once_retries += once
     if not once and turn.retries >= st.limits.max_retries:
+        to = fallback.next_index(ctx, turn.model_index)
+        if to is not None and not outcome.partial:
+            _move(ctx, turn, to, f"{verdict.why}, still failing after {turn.retries + 1} tries")
+            return
         raise ProviderError(
             f"request failed after {turn.retries + 1} tries: {verdict.why}. The provider or network kept "
             "failing; try again later or raise Limits(max_retries=...). If a proxy in front of the "
@@ -305,6 +324,12 @@ def _retry(
     yield from turn.answer.resume(ctx, outcome.partial, verdict.why, turn.episode.level, stream)
 
 
+def _move(ctx: FlowContext, turn: _TurnTally, to: int, why: str) -> None:
+    """The turn's next request goes to the chain's entry ``to``, with a fresh retry count."""
+    fallback.move(ctx, turn.model_index, to, why)
+    turn.model_index, turn.retries = to, 0
+
+
 def backoff(ctx: FlowContext, retries: int) -> float:
     """Exponential back-off with jitter: ``retry_backoff * 2**(n-1)``, scaled into its upper half by
     the session's random source, so clients that failed together do not retry together."""
@@ -318,9 +343,12 @@ def _after_reply(
     """The request went through: count it, end a recovery episode, then run the model's tool calls,
     an ``@recall`` round, or a ``max_tokens`` escalation - or finish the turn."""
     st, sent, answer = ctx.state, prepared.sent, turn.answer
-    ctx.evidence().accepted(sent.bytes, sent.tokens)
+    ctx.evidence(fallback.active(ctx, turn.model_index)[0]).accepted(sent.bytes, sent.tokens)
     turn.retries = 0
     _count_usage(st, turn, outcome)
+    provider_edits.count_rebuild(ctx, outcome.cache_write_tokens)
+    if outcome.context_edits:  # the provider edited its copy of the prompt: the local history follows
+        provider_edits.mirror(ctx, outcome.context_edits)
     turn.attempts.append(
         {"outcome": "ok", "level": turn.episode.level, "bytes": sent.bytes, "finish_reason": outcome.finish_reason}
     )
@@ -408,6 +436,7 @@ def _finish(ctx: FlowContext, turn: _TurnTally, outcome: ModelReply, out: list[M
         turn.cost,
         turn.attempts,
         turn.tool_calls,
+        fallback.name(ctx, turn.model_index),
     )
 
 

@@ -32,7 +32,7 @@ def send_request(
     if isinstance(outcome, ModelFailure):
         failure = empty_stream_failure(ctx, sent) if outcome.empty else None
         failure = failure or classify_failure(outcome.error, history_bytes=sent.bytes, request_bytes=sent.bytes)
-    record_request(ctx, outcome, failure, sent, level, attempt, sample, call.purpose)
+    record_request(ctx, outcome, failure, sent, level, attempt, sample, call.purpose, call.model)
     return outcome, failure
 
 
@@ -54,6 +54,7 @@ def record_request(
     attempt: int,
     sample: Any,
     purpose: str = "turn",
+    model: str | None = None,
 ) -> None:
     st = ctx.state
     ok = isinstance(outcome, ModelReply)
@@ -63,7 +64,7 @@ def record_request(
             turn=st.turn,
             attempt=attempt,
             level=level,
-            model=st.model,
+            model=model or st.model,
             bytes=sent.bytes,
             tokens=sent.tokens,
             messages=sent.messages,

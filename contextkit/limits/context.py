@@ -41,6 +41,10 @@ class FlowContext:
     # a number in [0, 1] per call, the retry back-off's jitter: the session passes its own random
     # source; the default (1.0) keeps the full delay, so a context built by hand is deterministic
     jitter: Callable[[], float] = field(default=lambda: 1.0)
+    # Session(fallbacks=...): (model, its own litellm arguments, its window or None), in order
+    fallbacks: tuple[tuple[str, dict[str, Any], int | None], ...] = ()
+    fallback_on_overflow: bool = False  # a fallback with a larger window may take an overflowing turn
+    expect_rebuild: bool = False  # the provider edited the prompt: the next cache write is a rebuild it caused
 
     def evidence(self, endpoint: str | None = None) -> EndpointEvidence:
         """What the endpoint (the session's model unless named) showed this session."""

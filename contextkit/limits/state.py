@@ -58,6 +58,10 @@ class SessionStats:
     retries: int = 0
     escalations: int = 0
     tool_calls: int = 0
+    provider_edits: int = 0  # server-side context edits the provider applied (Session(context_engine="provider"))
+    provider_cleared_results: int = 0  # tool results those edits cleared
+    provider_cleared_tokens: int = 0  # input tokens they freed, as the provider reported
+    expected_cache_rebuilds: int = 0  # cache writes that followed a provider edit (a rebuild it caused, not a break)
 
     @property
     def cached_share(self) -> float | None:

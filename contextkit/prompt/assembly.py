@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextkit.errors import ConfigError
+from contextkit.markers import ArchiveSink, recall_suffix
 from contextkit.messages import Message, from_wire, to_wire
 from contextkit.sizing import dumps, message_bytes, text_tokens
 
@@ -38,6 +39,7 @@ __all__ = ["Assembler", "Assembly", "AssemblyLog", "Block", "BlockLog"]
 Context = Mapping[str, Any]
 Rendered = str | Message | Mapping[str, Any] | Sequence[Message | Mapping[str, Any]] | None
 _ROLES = ("system", "user", "assistant")
+MIN_INSTRUCTION_TOKENS = 16  # below this an instruction says too little: skip it rather than cut it
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,9 @@ class Block:
     enter?* Return a reason string (or ``True``) to skip, a falsy value to let it in.
     ``enter_when(ctx)``: the positive form, for convenience; ``False`` skips with reason
     ``"enter_when is false"``. ``max_tokens``: a text block longer than this is cut (and logged).
+    ``instruction``: an injected instruction or skill body; such blocks share the assembler's
+    ``instruction_budget``. ``age_out_after``: after entering this many calls with the same text,
+    the block enters as a one-line stub whose original is in the assembler's ``archive`` (recallable).
     """
 
     name: str
@@ -62,6 +67,8 @@ class Block:
     enter_when: Callable[[Context], bool] | None = None
     max_tokens: int | None = None
     description: str = ""
+    instruction: bool = False
+    age_out_after: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -74,6 +81,8 @@ class Block:
             raise ConfigError(f"Block {self.name!r}: render must be a string or a callable(ctx)")
         if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
             raise ConfigError(f"Block {self.name!r}: max_tokens must be a positive int or None")
+        if self.age_out_after is not None and (not isinstance(self.age_out_after, int) or self.age_out_after < 1):
+            raise ConfigError(f"Block {self.name!r}: age_out_after must be a positive number of calls or None")
 
     def skip_reason(self, ctx: Context) -> str | None:
         """Why this block does not enter for ``ctx`` (``None``: it enters)."""
@@ -198,6 +207,11 @@ class Assembler:
     Consecutive text blocks of role ``system`` are merged into one system message (joined by a
     blank line) when ``merge_system`` is true: one system message is what most providers expect,
     and the merged text is still byte-stable as long as its blocks are.
+
+    Floor shrinkers: ``instruction_budget`` bounds the tokens all ``instruction=True`` blocks take
+    together (in layout order: a block that does not fit is cut to what is left, or skipped when
+    less than ``MIN_INSTRUCTION_TOKENS`` is left); blocks with ``age_out_after`` need an ``archive``
+    (any ``ArchiveSink``, e.g. the session's) to keep their originals once they age into stubs.
     """
 
     blocks: Sequence[Block]
@@ -205,6 +219,9 @@ class Assembler:
     merge_system: bool = True
     separator: str = "\n\n"
     logs: list[AssemblyLog] = field(default_factory=list)
+    instruction_budget: int | None = None
+    archive: ArchiveSink | None = None
+    _ages: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.blocks = list(self.blocks)
@@ -215,6 +232,16 @@ class Assembler:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ConfigError(f"block names must be unique; repeated: {', '.join(dup)}")
+        aging = [b.name for b in self.blocks if b.age_out_after is not None]
+        if aging and self.archive is None:
+            raise ConfigError(
+                f"blocks {', '.join(aging)} age out into recallable stubs: pass Assembler(..., archive=...) "
+                "(e.g. the session's archive) to keep their originals"
+            )
+        if self.instruction_budget is not None and (
+            not isinstance(self.instruction_budget, int) or self.instruction_budget < 0
+        ):
+            raise ConfigError(f"instruction_budget must be a number of tokens >= 0 or None, got {self.instruction_budget!r}")
 
     @property
     def layout(self) -> list[Block]:
@@ -228,13 +255,23 @@ class Assembler:
         owners: list[list[str]] = []
         entries: list[BlockLog] = []
         merge_open = False  # the last message is a merged system message that may take more text
+        left = self.instruction_budget  # instruction tokens still allowed in this call
         for block in self.layout:
             reason = block.skip_reason(context)
             if reason is not None:
                 entries.append(BlockLog(block.name, block.stability, block.role, False, reason))
                 continue
             rendered = block.render if isinstance(block.render, str) else block.render(context)
+            shaped = ""
+            if isinstance(rendered, str) and rendered:
+                rendered, shaped = self._age(block, rendered)
+                if block.instruction and left is not None:
+                    rendered, shaped, left = self._budget(block, rendered, shaped, left)
+                    if rendered is None:
+                        entries.append(BlockLog(block.name, block.stability, block.role, False, shaped))
+                        continue
             produced, note = self._messages(block, rendered)
+            note = "; ".join(n for n in (shaped, note) if n)
             if not produced:
                 entries.append(BlockLog(block.name, block.stability, block.role, False, "rendered empty"))
                 continue
@@ -261,6 +298,34 @@ class Assembler:
         log = AssemblyLog(tuple(entries), call=len(self.logs) + 1, block_of_message=tuple(tuple(o) for o in owners))
         self.logs.append(log)
         return Assembly(messages, log)
+
+    def _age(self, block: Block, text: str) -> tuple[str, str]:
+        """The block's text, or its stub once it entered ``age_out_after`` calls unchanged."""
+        if block.age_out_after is None or self.archive is None:
+            return text, ""
+        seen, count = self._ages.get(block.name, ("", 0))
+        count = count + 1 if seen == text else 1
+        self._ages[block.name] = (text, count)
+        if count <= block.age_out_after:
+            return text, ""
+        key = self.archive.put(text, kind="block", origin={"block": block.name})
+        if key is None:  # the archive refused: the block stays whole rather than lose its text
+            return text, ""
+        stub = f"[{block.name}: aged out after {block.age_out_after} calls]" + recall_suffix([key])
+        return stub, f"aged out after {block.age_out_after} calls (original archived)"
+
+    def _budget(self, block: Block, text: str, note: str, left: int) -> tuple[str | None, str, int]:
+        """(text cut to the instruction tokens ``left``, or None to skip; the note; what is left after)."""
+        tokens = text_tokens(text, self.model)
+        if tokens <= left:
+            return text, note, left - tokens
+        budget = self.instruction_budget
+        if left < MIN_INSTRUCTION_TOKENS:
+            return None, f"over the instruction budget ({budget} tokens)", left
+        from contextkit.sizing import truncate_to_tokens
+
+        cut = truncate_to_tokens(text, left, self.model)
+        return cut, "; ".join(n for n in (note, f"cut to {left} tokens (instruction budget {budget})") if n), 0
 
     def _messages(self, block: Block, rendered: Rendered) -> tuple[list[Message], str]:
         if rendered is None:

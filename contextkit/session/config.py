@@ -216,3 +216,58 @@ def workbench_path(archive: Any, session_id: str) -> Path | None:
     if not path:
         return None
     return workbench_file(Path(path), session_id)
+
+
+def context_engine_for(spec: str | None, summarizer: Any, limits: Limits, status: Any) -> Any:
+    """``context_engine=``: None, or the engine that asks an MCP server before ``summarizer``."""
+    if spec is None or spec == "provider":
+        return None
+    from contextkit.context_engines import McpContextEngine
+
+    return McpContextEngine(spec, fallback=summarizer, timeout=limits.context_engine_timeout, status=status)
+
+
+def session_fallbacks(fallbacks: Any) -> tuple[tuple[str, dict[str, Any], int | None], ...]:
+    """``fallbacks=``: model names (the session's litellm arguments apply to them too: another model
+    behind the same gateway) or dicts ``{"model": ..., "api_base": ..., "api_key": ...}`` whose
+    keys replace the session's for that model. Returns (model, overrides, known window) per entry."""
+    if fallbacks is None:
+        return ()
+    if isinstance(fallbacks, str | dict) or not isinstance(fallbacks, Sequence):
+        raise ConfigError(
+            f"fallbacks must be a list of models, e.g. ['openai/gpt-4.1-mini'] or [{{'model': ..., 'api_base': ...}}], "
+            f"got {fallbacks!r}"
+        )
+    out = []
+    for entry in fallbacks:
+        if isinstance(entry, str):
+            model, overrides = entry, {}
+        elif isinstance(entry, dict) and isinstance(entry.get("model"), str):
+            overrides = {k: v for k, v in entry.items() if k != "model"}
+            model = entry["model"]
+        else:
+            raise ConfigError(
+                f"each fallback is a model name or a dict with a 'model' key (plus its own api_base, api_key ...), got {entry!r}"
+            )
+        check_model(model)
+        info = backend.model_info(model)
+        window = info.get("max_input_tokens") or info.get("max_tokens")
+        out.append((model, overrides, int(window) if window else None))
+    return tuple(out)
+
+
+def with_tool_index(tools: dict[str, Tool]) -> dict[str, Tool]:
+    """``tool_index=True``: the session's tools plus ``describe_tools``, which answers with their full schemas."""
+    from contextkit.policy.tool_index import DESCRIBE_TOOLS, describe, describe_tools_schema
+
+    if DESCRIBE_TOOLS in tools:
+        raise ConfigError(
+            f"a tool named {DESCRIBE_TOOLS!r} would shadow the tool index's own; rename it, or leave tool_index off"
+        )
+    full = [t.schema() for t in tools.values()]
+
+    def describe_tools(names: str) -> str:
+        return describe(full, names)
+
+    own = describe_tools_schema()["function"]
+    return {**tools, DESCRIBE_TOOLS: Tool(DESCRIBE_TOOLS, own["description"], own["parameters"], describe_tools)}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import os
 import random
 import threading
@@ -24,9 +25,11 @@ from typing import Any
 from contextkit.archive import Archive
 from contextkit.compaction.compactor import Compactor
 from contextkit.compaction.summarizer import LiteLLMSummarizer
+from contextkit.context_engines import parse_context_engine
 from contextkit.engine.driver import EffectRunner, cancel
 from contextkit.engine.effects import Reply
 from contextkit.engine.flow import turn_flow
+from contextkit.engine.provider_edits import CONTEXT_MANAGEMENT, supports_provider_edits
 from contextkit.engine.streaming import AsyncReplyStream, ReplyStream
 from contextkit.errors import InvalidMessageError, UsageError
 from contextkit.events import ArchiveEvent, EventLog, NoticeEvent
@@ -38,16 +41,19 @@ from contextkit.session.config import (
     cache_breakpoints_for,
     check_model,
     check_price_as,
+    context_engine_for,
     context_window,
     default_status,
     flush_sink,
     own_archive,
     send_status,
+    session_fallbacks,
     session_limits,
     session_tools,
     status_sink,
     stderr_status,
     system_message,
+    with_tool_index,
     workbench_path,
 )
 from contextkit.session.controls import SessionControls
@@ -73,6 +79,15 @@ class Session(SessionViews, SessionControls):
     map (cache reads and writes at their own prices), so runs against the simulator give real-money
     figures. ``cache_breakpoints``: place Anthropic-style ``cache_control`` breakpoints (None: only
     for providers that need them - Anthropic, Claude on Bedrock/Vertex; see ``policy/breakpoints.py``).
+    ``context_engine="mcp:<command or URL>"``: the summary stage asks that MCP server's
+    ``context_compact`` first (``context_engines/mcp_engine.py``; the built-in summarizer answers
+    when it errs, times out after ``Limits.context_engine_timeout`` or answers empty).
+    ``fallbacks=["openai/gpt-4.1-mini", {"model": ..., "api_base": ...}]``: a turn whose model fails
+    for a reason that is not size (still failing after the retries, overloaded, gone) moves to the
+    next; ``fallback_on_overflow=True`` lets one with a larger window take an overflowing turn
+    before compaction (``engine/fallback.py``). ``tool_index=True``: tools are sent as one line each
+    (parameters without descriptions) plus a ``describe_tools`` tool with the full schemas, a smaller
+    floor (``policy/tool_index.py``).
     """
 
     def __init__(
@@ -89,10 +104,17 @@ class Session(SessionViews, SessionControls):
         events: EventLog | None = None,
         price_as: str | None = None,
         cache_breakpoints: bool | None = None,
+        context_engine: str | None = None,
+        fallbacks: Sequence[str | dict[str, Any]] | None = None,
+        fallback_on_overflow: bool = False,
+        tool_index: bool = False,
         **litellm_kwargs: Any,
     ) -> None:
         check_model(model)
         check_price_as(price_as)
+        parse_context_engine(context_engine)
+        self.fallbacks = session_fallbacks(fallbacks)
+        self.fallback_on_overflow = bool(fallback_on_overflow)
         self.price_as = price_as
         self.cache_breakpoints = cache_breakpoints_for(model, cache_breakpoints)
         self.model = model
@@ -105,6 +127,9 @@ class Session(SessionViews, SessionControls):
         observe = getattr(self.archive, "observe", None)
         self._unobserve = observe(self._on_archived) if callable(observe) else None
         self._tools = session_tools(tools)
+        self.tool_index = bool(tool_index) and bool(self._tools)
+        if self.tool_index:
+            self._tools = with_tool_index(self._tools)
         self._status = status_sink(status, self.session_id)
         self._lock = threading.RLock()
         self._busy = False  # a turn or compaction is running (guards re-entry from tools or interleaved streams)
@@ -131,11 +156,23 @@ class Session(SessionViews, SessionControls):
         self.summarizer = LiteLLMSummarizer(summary_model, timeout=self.limits.summary_timeout, **summary_kwargs)
         if summary_model == model:
             self.summarizer.price_as = price_as
+        self.context_engine = context_engine_for(context_engine, self.summarizer, self.limits, self._notify_status)
+        if context_engine == "provider":
+            if supports_provider_edits(model):
+                # sent with every request (and measured into its bytes): the summarizer's copy is made above
+                self._litellm_kwargs["context_management"] = copy.deepcopy(CONTEXT_MANAGEMENT)
+            else:
+                self._notify(
+                    "provider_engine",
+                    f"context_engine='provider': {model}'s provider has no server-side context editing that "
+                    "contextkit can use (Anthropic's API has); the option is ignored for this session",
+                    "info",
+                )
         self._runner = EffectRunner(
             model,
             self._litellm_kwargs,
             tools=self._tools,
-            summarizer=self.summarizer,
+            summarizer=self.context_engine or self.summarizer,
             request_timeout=self.limits.request_timeout,
             price_as=price_as,
         )
@@ -229,6 +266,8 @@ class Session(SessionViews, SessionControls):
                 unclaim(self.session_id)
             if self._owns_archive:
                 self.archive.close()
+            if self.context_engine is not None:
+                self.context_engine.close()
 
     @property
     def closed(self) -> bool:
@@ -331,6 +370,8 @@ class Session(SessionViews, SessionControls):
                 breakpoints=self.cache_breakpoints,
                 recall_tool=recall_tool,
                 jitter=random.Random().random,  # back-off jitter (not a secret)
+                fallbacks=self.fallbacks,
+                fallback_on_overflow=self.fallback_on_overflow,
             )
             self._ctx = ctx
         return ctx

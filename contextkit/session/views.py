@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from contextkit.archive import recall_tool_schema
 from contextkit.limits.state import SessionState, SessionStats
 from contextkit.messages import Message
+from contextkit.policy.tool_index import DESCRIBE_TOOLS, index_schema
 from contextkit.sizing import Measure, RequestMeter, body_params
 from contextkit.tools import Tool
 
@@ -77,6 +78,8 @@ class SessionViews:
     def _initial_tools(self) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         """(schemas offered from the first request, the recall schema held back until content is archived)."""
         schemas = copy.deepcopy([t.schema() for t in self._tools.values()])
+        if getattr(self, "tool_index", False):  # one line per tool; describe_tools has the full schemas
+            schemas = [s if s["function"]["name"] == DESCRIBE_TOOLS else index_schema(s) for s in schemas]
         if self.archive is None or "recall" in self._tools:
             return schemas, None
         recall = recall_tool_schema()

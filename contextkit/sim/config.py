@@ -13,7 +13,7 @@ from contextkit.sizing import parse_size
 
 SUMMARY_MODES = ("extract", "refuse", "short", "error_text", "fail", "timeout")
 FAULT_KINDS = (
-    "overflow", "413", "413-html", "waf403", "bedrock403", "drop", "429", "500",
+    "overflow", "413", "413-html", "waf403", "bedrock403", "drop", "429", "500", "503", "model_gone",
     "timeout", "auth401", "auth403", "stream_drop", "stream_error", "empty_stream", "length", "400", "422",
 )  # fmt: skip
 BODY_FAULTS = ("400", "422")  # answered with the body given to fail_next(kind, body=...)

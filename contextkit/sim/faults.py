@@ -130,7 +130,7 @@ def gateway_reject(route: str, mode: str, size: int, cap: int | None) -> Respons
 
 
 def simple_fault(route: str, kind: str) -> Response:
-    """429, 500 and the auth faults."""
+    """429, 500, 503 (overloaded), a model that is gone (404) and the auth faults."""
     if kind == "429":
         message = "Rate limit reached for requests per min (RPM): Limit 3, Used 3, Requested 1. Please try again in 1s."
         etype = "rate_limit_error" if route == ANTHROPIC else "requests"
@@ -138,6 +138,12 @@ def simple_fault(route: str, kind: str) -> Response:
     if kind == "500":
         etype = "api_error" if route == ANTHROPIC else "server_error"
         return _error(route, 500, "The server had an error while processing your request. Sorry about that!", etype)
+    if kind == "503":
+        etype = "overloaded_error" if route == ANTHROPIC else "server_error"
+        return _error(route, 503, "The model is overloaded. Please try again later.", etype)
+    if kind == "model_gone":
+        message = "The model `sim-retired` does not exist or you do not have access to it."
+        return _error(route, 404, message, "not_found_error" if route == ANTHROPIC else "invalid_request_error", "model_not_found")
     if kind == "auth401":
         if route == ANTHROPIC:
             return _error(route, 401, "invalid x-api-key", "authentication_error")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from contextkit.sim import faults, wire
+from contextkit.sim import context_edit, faults, wire
 from contextkit.sim.cache import CacheUse, PromptCache
 from contextkit.sim.config import (
     BODY_FAULTS,
@@ -44,6 +44,7 @@ class Outcome:
     gate: StreamGate | None = None
     cache: CacheUse | None = None
     completion_tokens: int = 0
+    context_edit: dict[str, Any] | None = None  # the applied server-side edit (sim/context_edit.py)
 
 
 class Upstream(Protocol):
@@ -68,11 +69,20 @@ def respond(sim: Upstream, route: str, body: bytes, cfg: SimConfig, seq: int) ->
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return Outcome(faults.bad_request(route, f"could not parse the request body: {exc}"), "bad request", kind=kind)
     stream = bool(data.get("stream"))
+    edit = None
+    if route == wire.ANTHROPIC and data.get("context_management"):
+
+        def count(body: Any) -> int:
+            return wire.PRIMING_TOKENS + sum(b.tokens for b in wire.prompt_blocks(route, body))
+
+        data, edit = context_edit.clear_tool_uses(data, count)
+        if edit is not None:
+            conv = wire.parse_anthropic(data)
     blocks = wire.prompt_blocks(route, data)
     tokens = wire.PRIMING_TOKENS + sum(b.tokens for b in blocks)
     is_summary = conv.is_summary  # parsed: only the last user message decides
     kind = "summary" if is_summary else "turn"
-    out = Outcome(wire.Response(), "ok", tokens, stream, str(data.get("model", "")), kind)
+    out = Outcome(wire.Response(), "ok", tokens, stream, str(data.get("model", "")), kind, context_edit=edit)
     taken = sim._take_fault(stream)
     fault, fault_body = taken if taken is not None else (None, None)
     if fault is not None:
@@ -82,7 +92,7 @@ def respond(sim: Upstream, route: str, body: bytes, cfg: SimConfig, seq: int) ->
             out.response = faults.overflow(route, cfg.overflow_style, max(tokens, window + 1), window)
         elif fault in faults.REJECT_MODES:
             out.response = faults.gateway_reject(route, fault, len(body), cfg.max_body)
-        elif fault in ("429", "500", "auth401", "auth403"):
+        elif fault in ("429", "500", "503", "model_gone", "auth401", "auth403"):
             out.response = faults.simple_fault(route, fault)
         elif fault == "timeout":
             out.sleep_then_drop = cfg.timeout_sleep
@@ -144,7 +154,10 @@ def _render(route: str, reply: ScriptedReply, out: Outcome, fault: str | None, s
     model = out.model or SIM_MODEL
     if not out.stream:
         render = wire.anthropic_reply if route == wire.ANTHROPIC else wire.openai_reply
-        return wire.json_response(200, render(reply, model, out.tokens, seq, out.cache))
+        answer = render(reply, model, out.tokens, seq, out.cache)
+        if out.context_edit is not None:
+            answer["context_management"] = {"applied_edits": [out.context_edit]}
+        return wire.json_response(200, answer)
     stream = wire.anthropic_stream if route == wire.ANTHROPIC else wire.openai_stream
     chunks = list(stream(reply, model, out.tokens, seq, out.cache))
     if fault in STREAM_FAULTS:

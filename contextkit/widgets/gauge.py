@@ -20,7 +20,7 @@ import ipywidgets as W
 import traitlets as T
 
 from contextkit.display.html import AMBER_AT, COLOURS, RED_AT, bar_html, esc, pressure_state, ratio
-from contextkit.events import CapEvent, Event, HistoryEvent, NoticeEvent, RequestEvent, StreamEvent
+from contextkit.events import CapEvent, Event, HistoryEvent, NoticeEvent, ProviderEditEvent, RequestEvent, StreamEvent
 from contextkit.sizing import format_size
 from contextkit.widgets._view import EventFeed, FeedView, call_quietly, events_of
 
@@ -62,6 +62,8 @@ class HistoryGauge(FeedView, W.VBox):
     prompt_tokens = T.Int(0, help="prompt tokens billed so far (turn requests, as SessionStats counts them)")
     cached_tokens = T.Int(0, help="of which the provider read from its prompt cache")
     cache_breaks = T.Int(0, help="requests whose previous request body was not a prefix")
+    provider_cleared_results = T.Int(0, help="tool results the provider cleared server-side (context_engine='provider')")
+    provider_cleared_tokens = T.Int(0, help="input tokens those server-side edits freed")
 
     def __init__(self, session: Any, **kwargs: Any) -> None:
         events = events_of(session, panel="HistoryGauge")
@@ -124,6 +126,9 @@ class HistoryGauge(FeedView, W.VBox):
             self.prompt_tokens += event.prompt_tokens
             self.cached_tokens += cached
             self.cache_breaks += event.append_only is False
+        elif isinstance(event, ProviderEditEvent):
+            self.provider_cleared_results += event.cleared_results
+            self.provider_cleared_tokens += event.cleared_tokens
         elif isinstance(event, StreamEvent):
             kind = event.kind
             if kind in ("delta", "tool_round", "continuation", "retry"):
@@ -198,6 +203,11 @@ class HistoryGauge(FeedView, W.VBox):
                 else ""
             )
             parts.append(f"<span class='ck-cache' title='{esc(CACHE_HELP)}'>{esc(text)}{total}</span>")
+        if self.provider_cleared_results:
+            parts.append(
+                f"<span class='ck-provider'>provider cleared {self.provider_cleared_results} tool results "
+                f"({self.provider_cleared_tokens:,} tokens)</span>"
+            )
         if self.streaming or self.answer_tokens:
             what = "answer so far" if self.streaming else "last streamed answer"
             dot = "<span style='color:#f9a825'>●</span> " if self.streaming else ""
