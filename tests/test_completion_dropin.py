@@ -43,7 +43,7 @@ def test_a_named_conversation_and_a_new_one(gw: GatewaySimulator) -> None:
     conv = conversations()
     call(conv, gw, [{"role": "user", "content": "x"}], conversation_id="ticket-1")
     call(conv, gw, [{"role": "user", "content": "x"}])  # same text, not a continuation: a new conversation
-    assert [s.session_id for s in conv.sessions][0] == "ticket-1" and len(conv.sessions) == 2
+    assert conv.sessions[0].session_id == "ticket-1" and len(conv.sessions) == 2
     with pytest.raises(ConfigError, match="conversation_id must be a non-empty string"):
         call(conv, gw, [{"role": "user", "content": "x"}], conversation_id="")
     with pytest.raises(InvalidMessageError, match="messages must be a list"):

@@ -144,7 +144,7 @@ def test_one_turn_at_a_time_and_feed_needs_a_request(gw: GatewaySimulator) -> No
     with pytest.raises(UsageError, match="feed\\(\\) without a request"):
         turn.feed(RuntimeError("x"))
     turn.start()
-    with pytest.raises(UsageError, match="already running a turn|running a turn"):
+    with pytest.raises(UsageError, match="running a turn"):
         session.begin([Message.user("again")])
     with pytest.raises(UsageError, match="takes a ModelReply"):
         turn.feed("a string")  # type: ignore[arg-type]
