@@ -9,16 +9,16 @@ import pytest
 
 pytest.importorskip("langchain.agents", reason="LangChain v1 is in the integrations extra")
 
-from langchain.agents import create_agent  # noqa: E402
-from langchain_core.messages import HumanMessage  # noqa: E402
-from langchain_openai import ChatOpenAI  # noqa: E402
-from pydantic import SecretStr  # noqa: E402
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
+from langchain_openai import ChatOpenAI
+from pydantic import SecretStr
 
-from contextkit import ConfigError, Limits, ProviderError  # noqa: E402
-from contextkit.archive import Archive  # noqa: E402
-from contextkit.events import RequestEvent  # noqa: E402
-from contextkit.integrations.langchain import ContextkitMiddleware  # noqa: E402
-from contextkit.sim import GatewaySimulator  # noqa: E402
+from contextkit import ConfigError, Limits, ProviderError
+from contextkit.archive import Archive
+from contextkit.events import RequestEvent
+from contextkit.integrations.langchain import ContextkitMiddleware
+from contextkit.sim import GatewaySimulator
 
 CALLS: list[str] = []
 
