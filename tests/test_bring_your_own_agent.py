@@ -10,6 +10,7 @@ and its archive. The same clients without contextkit fail at the gateway.
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,13 +26,16 @@ TURNS = 20
 WINDOW = 32_768
 
 
+@functools.cache
 def document(i: int) -> str:
     """A different 6-10 KB document per turn (words no other document has)."""
     rnd = random.Random(i)
     size = rnd.randint(6_000, 10_000)
     words = [f"DOC-{i}"]
-    while sum(len(w) + 1 for w in words) < size:
+    length = len(words[0])
+    while length < size:
         words.append(f"w{i}x{rnd.randint(0, 999_999)}")
+        length += len(words[-1]) + 1
     return " ".join(words)
 
 

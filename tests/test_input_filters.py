@@ -10,6 +10,7 @@ the filter the same agent fails at the gateway.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from typing import Any
 
@@ -26,12 +27,15 @@ TURNS = 20
 LIMITS = Limits(context_window=32_768, max_payload="64KB")
 
 
+@functools.cache
 def document(i: int) -> str:
     rnd = random.Random(1000 + i)
     words = [f"DOC-{i}"]
     size = rnd.randint(6_000, 10_000)
-    while sum(len(w) + 1 for w in words) < size:
+    length = len(words[0])
+    while length < size:
         words.append(f"p{i}x{rnd.randint(0, 999_999)}")
+        length += len(words[-1]) + 1
     return " ".join(words)
 
 
