@@ -140,3 +140,20 @@ def test_the_event_feed_serves_every_conversations_events(proxy: ProxyServer) ->
     kinds = {e.get("type") or e.get("kind") for e in feed["events"]}
     assert feed["next"] == len(proxy.events) and kinds
     assert [e for e in proxy.events if isinstance(e, RequestEvent)]
+
+
+def test_recall_is_served_to_the_model_and_never_reaches_the_client(gw: GatewaySimulator) -> None:
+    archive = Archive.in_memory(session_id="notes")
+    key = archive.put("archived build notes: the flaky test is test_upload_retry", kind="message")
+    with ProxyServer(gw.api_base, archive=archive, status=None) as server:
+        client = openai_client(server)
+        response = client.chat.completions.create(
+            model="sim-model",
+            messages=[{"role": "user", "content": f'[[tool:recall {{"key": "<<ccr:{key}>>"}}]] what was flaky?'}],
+            extra_headers={"x-contextkit-conversation": "notes"},
+        )
+        assert response.choices[0].message.content and not response.choices[0].message.tool_calls
+        (session,) = server.conversations.sessions
+        results = [m for m in session.history if m.role == "tool"]
+        assert results and "test_upload_retry" in results[0].content
+        assert len(gw.requests) == 2  # the recall round went upstream once more, in the same client request

@@ -15,6 +15,7 @@ answered: the turn is decided - retried, recovered - before the first chunk reac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import OrderedDict
@@ -25,7 +26,7 @@ from contextkit import backend
 from contextkit.engine.driver import parse_reply
 from contextkit.engine.effects import CallModel, Reply
 from contextkit.engine.host import Decision, HostTurn, fingerprint
-from contextkit.errors import ConfigError, InvalidMessageError
+from contextkit.errors import ConfigError, InvalidMessageError, UsageError
 from contextkit.events import EventLog
 from contextkit.messages import from_wire
 from contextkit.session.core import Session
@@ -111,9 +112,10 @@ class Conversations:
             return list(self._sessions.values())
 
     def close(self) -> None:
+        """Close every conversation not in a turn (one still answering a client closes with it)."""
         with self._lock:
             for session in self._sessions.values():
-                if not session._busy:
+                with contextlib.suppress(UsageError):  # a turn still running: its session stays open
                     session.close()
             self._sessions.clear()
 
