@@ -157,3 +157,24 @@ def test_recall_is_served_to_the_model_and_never_reaches_the_client(gw: GatewayS
         results = [m for m in session.history if m.role == "tool"]
         assert results and "test_upload_retry" in results[0].content
         assert len(gw.requests) == 2  # the recall round went upstream once more, in the same client request
+
+
+def test_the_anthropic_sdk_runs_its_tools_through_the_proxy(proxy: ProxyServer) -> None:
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=proxy.anthropic_base_url, api_key="sim-key", max_retries=0, timeout=60)
+    tool = {"name": "read_file", "description": "Read a file.",
+            "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}  # fmt: skip
+    messages: list[Any] = [{"role": "user", "content": '[[tool:read_file {"path": "a.py"}]] read a.py'}]
+    reply = client.messages.create(model="sim-model", max_tokens=256, messages=messages, tools=[tool])  # type: ignore[list-item]
+    uses = [b for b in reply.content if b.type == "tool_use"]
+    assert reply.stop_reason == "tool_use" and len(uses) == 1
+    assert uses[0].name == "read_file" and uses[0].input == {"path": "a.py"}
+    messages += [{"role": "assistant", "content": [b.model_dump() for b in reply.content]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id,
+                                               "content": "print('a')"}]}]  # fmt: skip
+    final = client.messages.create(model="sim-model", max_tokens=256, messages=messages, tools=[tool])  # type: ignore[list-item]
+    assert final.stop_reason == "end_turn" and final.content[0].type == "text"
+    (session,) = proxy.conversations.sessions
+    assert [m.role for m in session.history] == ["user", "assistant", "tool", "assistant"]
+    assert session.history[2].content == "print('a')"
