@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -178,3 +179,24 @@ def test_the_anthropic_sdk_runs_its_tools_through_the_proxy(proxy: ProxyServer) 
     (session,) = proxy.conversations.sessions
     assert [m.role for m in session.history] == ["user", "assistant", "tool", "assistant"]
     assert session.history[2].content == "print('a')"
+
+
+def test_a_bad_request_is_a_400_naming_what_is_wrong(proxy: ProxyServer, gw: GatewaySimulator) -> None:
+    def post(path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        request = urllib.request.Request(f"http://127.0.0.1:{proxy.port}{path}", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    status, body = post("/v1/chat/completions", b"{not json")
+    assert status == 400 and "not JSON" in body["error"]["message"]
+    status, body = post("/v1/chat/completions", json.dumps({"model": "sim-model"}).encode())
+    assert status == 400 and "needs 'messages'" in body["error"]["message"]
+    status, body = post("/v1/messages", json.dumps({"messages": []}).encode())
+    assert status == 400 and body["type"] == "error" and "needs 'model'" in body["error"]["message"]
+    status, body = post("/v1/embeddings", b"{}")
+    assert status == 404 and "/v1/chat/completions" in body["error"]["message"]
+    assert gw.requests == []  # nothing reached the upstream

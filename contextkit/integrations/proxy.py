@@ -175,7 +175,9 @@ class ProxyServer:
         messages = body.pop("messages", None)
         model = body.pop("model", None)
         if not isinstance(model, str) or not model:
-            raise UsageError("the request needs 'model'")
+            raise UsageError("the request needs 'model' (the upstream's model name, e.g. \"gpt-4o-mini\")")
+        if not isinstance(messages, list) or not messages:
+            raise UsageError("the request needs 'messages': a non-empty list of {'role', 'content'}")
         conversation_id = headers.get("x-contextkit-conversation") or None  # else: recognised by its messages
         body.pop("n", None)
         return self.conversations.completion(
@@ -187,7 +189,7 @@ class ProxyServer:
         """A messages-API request: the Anthropic message."""
         model = body.get("model")
         if not isinstance(model, str) or not model:
-            raise UsageError("the request needs 'model'")
+            raise UsageError("the request needs 'model' (the upstream's model name, e.g. \"claude-sonnet-4-5\")")
         messages, tools, params = to_chat_request(body)
         response = self.conversations.completion(
             f"anthropic/{model}", messages, conversation_id=headers.get("x-contextkit-conversation") or None,
