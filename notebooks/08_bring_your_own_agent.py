@@ -93,11 +93,14 @@ print("turns completed:", chat(openai.OpenAI(base_url=gw.api_base, api_key="sim-
 # and archives what it takes out.
 
 # %%
-# NBVAL_CHECK_OUTPUT
 from contextkit.integrations.proxy import ProxyServer  # noqa: E402
 
 gw.clear_log()
 proxy = ProxyServer(gw.api_base, archive=Archive.in_memory(session_id="proxy"), status=None).start()
+print("OpenAI base URL:", proxy.base_url.replace(str(proxy.port), "PORT"))
+
+# %%
+# NBVAL_CHECK_OUTPUT
 print("turns completed:", chat(openai.OpenAI(base_url=proxy.base_url, api_key="sim-key", max_retries=0)))
 (session,) = proxy.conversations.sessions
 print(recoverable(session))
