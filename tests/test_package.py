@@ -40,6 +40,8 @@ PUBLIC = {
     "ToolResult",
     "UsageError",
     "__version__",
+    "acompletion",
+    "completion",
     "classify_failure",
     "format_size",
     "from_wire",

@@ -1,4 +1,4 @@
-"""The ``contextkit`` command: ``demo``, ``sim`` and ``experiment``."""
+"""The ``contextkit`` command: ``demo``, ``sim``, ``experiment``, ``mcp``, ``ask``, ``chat`` and ``proxy``."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("mcp", help="serve an archive to MCP clients (see contextkit mcp --help)", add_help=False)
     sub.add_parser("ask", help="ask once: the answer on stdout, notices on stderr (see --help)", add_help=False)
     sub.add_parser("chat", help="a chat REPL with recovery and /commands (see --help)", add_help=False)
+    sub.add_parser("proxy", help="serve an OpenAI/Anthropic-compatible proxy that manages each client's context "
+                   "(see contextkit proxy --help)", add_help=False)  # fmt: skip
     args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
         from contextkit.cli.demo import run_demo
@@ -42,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         from contextkit.cli.loops import run_ask_cli, run_chat_cli
 
         return (run_ask_cli if args.command == "ask" else run_chat_cli)(rest)
+    if args.command == "proxy":
+        from contextkit.integrations.proxy import run_proxy_cli
+
+        return run_proxy_cli(rest)
     from contextkit.experiments.report import run_experiment_cli
 
     return run_experiment_cli(rest)

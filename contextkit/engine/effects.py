@@ -83,6 +83,8 @@ class Reply:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     tool_calls: int = 0
     model: str = ""  # the model that answered (a fallback's name when the turn moved to one)
+    # the calls handed back to a host that runs its own tools (``turn_flow(hand_back_tools=True)``)
+    tool_calls_made: tuple[ToolCall, ...] = ()
 
     @property
     def recovered(self) -> bool:

@@ -101,6 +101,7 @@ class _TurnTally:
     probed: set[str] = field(default_factory=set)  # bodies re-sent without streaming after an empty stream
     recalled: set[str] = field(default_factory=set)  # keys the model asked for with @recall in its text
     model_index: int = 0  # 0: the session's model; i: Session(fallbacks=...)[i - 1] (engine/fallback.py)
+    hand_back: bool = False  # the host runs its own tools: a reply with tool calls ends the turn
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,14 @@ class _Prepared:
 _AGAIN = None
 
 
-def turn_flow(ctx: FlowContext, new_messages: Sequence[Message], *, stream: bool = False, max_rounds: int = 50) -> Flow:
+def turn_flow(
+    ctx: FlowContext,
+    new_messages: Sequence[Message],
+    *,
+    stream: bool = False,
+    max_rounds: int = 50,
+    hand_back_tools: bool = False,
+) -> Flow:
     """One user turn: request, recover, escalate, run tools until the model answers in text.
 
     ``stream=True``: requests stream, and the flow tells the driver what it decides with
@@ -127,6 +135,10 @@ def turn_flow(ctx: FlowContext, new_messages: Sequence[Message], *, stream: bool
     failure needs, the model is asked to resume from it (the mechanism ``max_tokens`` escalation
     uses). An empty stream (no content, no tool call, no finish reason) is a failure whose cause is
     read by asking once more without streaming.
+
+    ``hand_back_tools=True`` is for hosts that run their own tools (``contextkit.engine.host``): a
+    reply with tool calls ends the turn, the assistant message with its calls in the history and in
+    ``Reply.tool_calls_made``; only ``recall`` calls are served here, since the host cannot run them.
     """
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
         raise UsageError(f"max_rounds must be a whole number >= 1 (tool rounds per turn), got {max_rounds!r}")
@@ -138,17 +150,17 @@ def turn_flow(ctx: FlowContext, new_messages: Sequence[Message], *, stream: bool
     try:
         st.history = [*before, *new_messages]
         emit_history(ctx, "user")
-        return (yield from _rounds(ctx, before, stream, max_rounds))
+        return (yield from _rounds(ctx, before, stream, max_rounds, hand_back_tools))
     except BaseException as exc:
         if st.turns == this_turn:  # not a flow abandoned long ago and closed by the garbage collector
             _roll_back(ctx, before, undo, exc)
         raise
 
 
-def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: int) -> Flow:
+def _rounds(ctx: FlowContext, before: list[Message], stream: bool, max_rounds: int, hand_back: bool) -> Flow:
     """The loop of one turn: prepare a request, send it (or climb the ladder without sending what is
     known to fail), then act on the failure or the reply, until a step returns the turn's reply."""
-    turn = _TurnTally()
+    turn = _TurnTally(hand_back=hand_back)
     while True:
         prepared = yield from _prepare(ctx, stream)
         if prepared.refusal is not None:
@@ -356,6 +368,8 @@ def _after_reply(
         record_recovery(ctx, "recovered", level=turn.episode.level, before=sent)
         restore_budgets(ctx, "the request of the recovery episode went through")
         turn.episode = Episode()
+    if outcome.tool_calls and turn.hand_back and any(c.name != "recall" for c in outcome.tool_calls):
+        return _hand_back(ctx, turn, outcome, prepared.out)
     if outcome.tool_calls:
         if turn.tool_rounds >= max_rounds:
             raise ProviderError(
@@ -422,6 +436,11 @@ def _finish(ctx: FlowContext, turn: _TurnTally, outcome: ModelReply, out: list[M
     text, kept = turn.answer.finish(ctx, outcome.content)
     st.history = [*st.history, Message.assistant(kept, reasoning=outcome.reasoning, turn=st.turn)]
     emit_history(ctx, "reply")
+    return _close_turn(ctx, turn, text, outcome.finish_reason, out)
+
+
+def _close_turn(ctx: FlowContext, turn: _TurnTally, text: str, finish_reason: str, out: list[Message]) -> Reply:
+    st = ctx.state
     st.max_tokens = None
     if turn.size_failures:
         st.clean_turns = 0
@@ -431,13 +450,30 @@ def _finish(ctx: FlowContext, turn: _TurnTally, outcome: ModelReply, out: list[M
     usage = {"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens}
     return Reply(
         text,
-        outcome.finish_reason,
+        finish_reason,
         usage | {"total_tokens": sum(usage.values())},
         turn.cost,
         turn.attempts,
         turn.tool_calls,
         fallback.name(ctx, turn.model_index),
     )
+
+
+def _hand_back(ctx: FlowContext, turn: _TurnTally, outcome: ModelReply, out: list[Message]) -> Reply:
+    """The host runs its own tools: the assistant message with its calls ends the turn. A ``recall``
+    call mixed with the host's calls is dropped (the host cannot run it); the model can ask again."""
+    calls = tuple(c for c in outcome.tool_calls if c.name != "recall")
+    if len(calls) < len(outcome.tool_calls):
+        ctx.notify("recall_dropped", "a recall call came with the host's own tool calls; only the host's were kept",
+                   "info")  # fmt: skip
+    st = ctx.state
+    text, kept = turn.answer.finish(ctx, outcome.content)
+    st.stats.tool_calls += len(calls)
+    st.history = [*st.history, Message.assistant(kept, calls, reasoning=outcome.reasoning, turn=st.turn)]
+    emit_history(ctx, "reply")
+    reply = _close_turn(ctx, turn, text, "tool_calls", out)
+    reply.tool_calls_made = calls
+    return reply
 
 
 def _give_up_if_exhausted(

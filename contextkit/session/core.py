@@ -29,6 +29,7 @@ from contextkit.context_engines import parse_context_engine
 from contextkit.engine.driver import EffectRunner, cancel
 from contextkit.engine.effects import Reply
 from contextkit.engine.flow import turn_flow
+from contextkit.engine.host import fingerprint
 from contextkit.engine.provider_edits import CONTEXT_MANAGEMENT, supports_provider_edits
 from contextkit.engine.streaming import AsyncReplyStream, ReplyStream
 from contextkit.errors import InvalidMessageError, UsageError
@@ -57,6 +58,7 @@ from contextkit.session.config import (
     workbench_path,
 )
 from contextkit.session.controls import SessionControls
+from contextkit.session.hosting import HostingMixin
 from contextkit.session.persist import load_session, save_session
 from contextkit.session.views import SessionViews
 from contextkit.settings import Limits
@@ -66,7 +68,19 @@ from contextkit.tools import Tool
 __all__ = ["Session", "default_status", "stderr_status"]
 
 
-class Session(SessionViews, SessionControls):
+def initial_history(history: Sequence[Any] | None) -> list[Message]:
+    """``Session(history=...)`` checked before anything is opened: a bad message names its index."""
+    if history is None:
+        return []
+    if isinstance(history, str | bytes | dict | Message) or not isinstance(history, Sequence):
+        raise InvalidMessageError(
+            f"history= takes a list of messages (dicts or Message), got {type(history).__name__}; "
+            "wrap a single message in a list"
+        )
+    return [from_wire(m, index=i) for i, m in enumerate(history)]
+
+
+class Session(SessionViews, SessionControls, HostingMixin):
     """A long chat or agent conversation kept inside the window and the gateway's body cap.
 
     ``Session(model, system=..., limits=Limits(max_payload="128KB"), archive=..., tools=[fn, ...],
@@ -88,6 +102,9 @@ class Session(SessionViews, SessionControls):
     before compaction (``engine/fallback.py``). ``tool_index=True``: tools are sent as one line each
     (parameters without descriptions) plus a ``describe_tools`` tool with the full schemas, a smaller
     floor (``policy/tool_index.py``).
+
+    ``history=[...]``: an existing conversation (dicts or ``Message``) to continue, after ``system``.
+    A host that owns the loop drives turns with ``begin`` / ``begin_from`` (``session.hosting``).
     """
 
     def __init__(
@@ -108,9 +125,11 @@ class Session(SessionViews, SessionControls):
         fallbacks: Sequence[str | dict[str, Any]] | None = None,
         fallback_on_overflow: bool = False,
         tool_index: bool = False,
+        history: Sequence[Any] | None = None,
         **litellm_kwargs: Any,
     ) -> None:
         check_model(model)
+        initial = initial_history(history)
         check_price_as(price_as)
         parse_context_engine(context_engine)
         self.fallbacks = session_fallbacks(fallbacks)
@@ -140,6 +159,8 @@ class Session(SessionViews, SessionControls):
         self._state = SessionState.create(model, self.session_id, self.limits, window, window_source=source)
         if system is not None:
             self._state.history.append(system_message(system))
+        self._state.history.extend(initial)
+        self._host_seen = [fingerprint(m) for m in initial]
         self._meter = RequestMeter(model)
         flush = flush_sink(on_flush, self.archive, self.session_id)
         self.compactor = Compactor(
