@@ -6,8 +6,8 @@ archived before its first cut, every cut taken from the original (no nested bann
 marker at the end. When the 400-char floors alone still do not fit, a second
 stage replaces messages largest-first by a one-line pointer stub, so the result fits whenever the
 system messages (plus a pointer per message) do. The task survives: the newest user message is never
-cut here (``policy.oversize`` owns that case), and the tool call/result chain since it is cut only
-after every older message has been cut as far as it goes.
+cut here (``policy.oversize`` owns that case), the tool call/result chain since it is cut only
+after every older message has been cut as far as it goes, and the chain's newest tool round last.
 
 ``cap_verbatim`` keeps preserve_verbatim messages to a quarter of the budget: beyond that the
 oldest are stubbed with their marker and lose the flag, so compaction always converges. Both take
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from contextkit.markers import ArchiveSink, recall_suffix
-from contextkit.messages import Message, newest_request_index
+from contextkit.messages import Message, newest_request_index, newest_tool_round
 from contextkit.policy._common import (
     archive_original,
     describe_origin,
@@ -103,7 +103,13 @@ def shrink_to_budget(
 
     found = newest_request_index(history)
     newest = -1 if found is None else found
+    last_round = newest_tool_round(history, after=found)
+    round_at = len(history) if last_round is None else last_round
     unread = unread_recalls(history)
+
+    def tier(i: int) -> int:
+        # older messages first, then the current chain, then its newest tool round
+        return 0 if i < newest else (1 if i < round_at else 2)
 
     def shrinkable(i: int, m: Message) -> bool:
         return m.role != "system" and not m.preserve_verbatim and i not in exhausted and i != newest
@@ -112,8 +118,8 @@ def shrink_to_budget(
         exhausted.clear()
         while total > budget:
             pool = [
-                # older messages first, then the current chain, recall results the model has not read last
-                (i > newest, i in unread, len(m.content), i)
+                # by tier, recall results the model has not read last, the largest first
+                (tier(i), i in unread, len(m.content), i)
                 for i, m in enumerate(out)
                 if shrinkable(i, m) and (len(m.content) > floor_chars if stage == 1 else i not in stubbed)
             ]

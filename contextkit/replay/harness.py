@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextkit.markers import extract_keys
-from contextkit.replay.metrics import first_uses
+from contextkit.replay.metrics import billed, first_uses
 from contextkit.sim.model import Conversation
 from contextkit.sim.replay import ReplayScript, Trajectory
 
@@ -136,21 +136,31 @@ def _command(arguments: str) -> str:
         return ""
 
 
+Shaper = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+
+
 def replay(
     traj: Trajectory,
-    strategy: str,
+    strategy: str | Shaper,
     *,
     window: int,
     max_body: int | str | None = None,
     price_as: str = PRICE_AS,
     session_options: dict[str, Any] | None = None,
 ) -> ReplayRun:
-    """Replay ``traj`` under ``strategy`` against a fresh simulator; the run's metrics."""
-    from contextkit.experiments.runner import price
+    """Replay ``traj`` under ``strategy`` against a fresh simulator; the run's metrics.
+
+    ``strategy`` is one of ``STRATEGIES`` or a function from the full wire history to the request a
+    plain agent loop sends (``name`` in the run: the function's ``__name__``).
+    """
     from contextkit.sim.server import GatewaySimulator
 
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown replay strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
+    if callable(strategy):
+        shape, name = strategy, getattr(strategy, "__name__", "custom")
+    elif strategy in STRATEGIES:
+        shape, name = (_masking if strategy == "masking" else list), strategy
+    else:
+        raise ValueError(f"unknown replay strategy {strategy!r}; use one of {', '.join(STRATEGIES)} or a function")
     observer = _Observer(traj)
     script = ReplayScript(traj, observe=observer)
     tool = _Tool(traj, script)
@@ -159,16 +169,15 @@ def replay(
         if strategy == "contextkit":
             error, waited = _session_loop(traj, script, tool, sim, window, max_body, session_options, observer)
         else:
-            error, waited = _plain_loop(traj, script, tool, sim, _masking if strategy == "masking" else list)
+            error, waited = _plain_loop(traj, script, tool, sim, shape)
         own = time.perf_counter() - started - waited
         records = sim.requests
     turns = [r for r in records if r.kind == "turn"]
     accepted = [r for r in records if r.accepted]
-    _, billed = price(accepted, price_as)
     served = {s.step for s in script.served if s.kind == "step"}
     steps = list(observer.records.values())
     return ReplayRun(
-        strategy=strategy,
+        strategy=name,
         trajectory=traj.name,
         window=window,
         max_body=sim.config.max_body,
@@ -176,7 +185,7 @@ def replay(
         steps_served=len(served),
         rejected=sum(1 for r in turns if not r.accepted),
         error=error,
-        billed=billed,
+        billed=billed(accepted, price_as),
         prompt_tokens=sum(r.tokens for r in accepted),
         cached_tokens=sum(r.cached_tokens for r in accepted),
         own_s=max(0.0, own),
@@ -196,7 +205,7 @@ def _plain_loop(
     script: ReplayScript,
     tool: _Tool,
     sim: Any,
-    shape: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+    shape: Shaper,
 ) -> tuple[str | None, float]:
     """The loop an agent without context management runs; (error, seconds waiting for the provider)."""
     from contextkit import backend

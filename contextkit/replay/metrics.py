@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from contextkit.sim.replay import Trajectory
 
-__all__ = ["LAG", "FirstUse", "calibrated_errors", "first_uses", "identifiers", "token_errors"]
+__all__ = ["LAG", "FirstUse", "billed", "calibrated_errors", "first_uses", "identifiers", "token_errors"]
 
 LAG = 3  # steps between the output that brought an identifier and its first use by the agent
 _TOKEN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[./][A-Za-z0-9_]+)*")
@@ -32,7 +32,7 @@ def identifiers(text: str) -> set[str]:
     """Code-like names in ``text``: with ``_``, ``.`` or ``/`` inside, or CamelCase; at least 4 chars."""
     out = set()
     for tok in _TOKEN_RE.findall(text):
-        tok = tok.strip("._/")
+        tok = tok.strip("./")
         if len(tok) < 4 or tok.isdigit():
             continue
         if "_" in tok.strip("_") or "." in tok or "/" in tok or _CAMEL_RE.search(tok):
@@ -105,6 +105,28 @@ def calibrated_errors(rows: Sequence[tuple[int, int, int]]) -> tuple[list[float]
         ours_sum += ours
         theirs_sum += theirs
     return before, after
+
+
+def billed(records: Sequence[object], model: str) -> float:
+    """Dollars of the accepted requests in ``records`` (the simulator's log) at ``model``'s prices in
+    litellm's cost map, with automatic prefix caching as the recorded provider bills it: input read
+    from the cache at the cache-read price, the rest at the input price, output at the output price."""
+    from contextkit.backend import model_info
+
+    info = model_info(model)
+    if not info.get("input_cost_per_token"):
+        raise ValueError(f"litellm's cost map has no input price for {model!r}; price the replay as a model it lists")
+    inp = float(info["input_cost_per_token"])
+    read = info.get("cache_read_input_token_cost")
+    read = inp if read is None else float(read)
+    out = float(info.get("output_cost_per_token") or 0.0)
+    total = 0.0
+    for r in records:
+        if not getattr(r, "accepted", False):
+            continue
+        tokens, cached = int(getattr(r, "tokens", 0)), int(getattr(r, "cached_tokens", 0))
+        total += max(0, tokens - cached) * inp + cached * read + int(getattr(r, "completion_tokens", 0)) * out
+    return total
 
 
 def median_abs(values: Sequence[float]) -> float:
