@@ -186,3 +186,40 @@ def test_token_error_is_measured_against_the_recorded_counts_and_calibration_fix
     skewed = [(k, 2 * ours, theirs) for k, ours, theirs in rows]
     b2, a2 = calibrated_errors(skewed)
     assert median_abs(b2) > 0.5 and median_abs(a2) < 0.03
+
+
+def test_each_request_is_measured_message_by_message_about_once(traj: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flow asks for the size of a request many times per step (pre-flight, pressure, the
+    outgoing copy, the history event); a history seen again comes from the meter's recent requests,
+    so the per-message sum runs about once per request, not once per question."""
+    from contextkit import sizing
+
+    meters: list[sizing.RequestMeter] = []
+    init = sizing.RequestMeter.__init__
+
+    def keep(self: sizing.RequestMeter, *a: Any, **k: Any) -> None:
+        init(self, *a, **k)
+        meters.append(self)
+
+    monkeypatch.setattr(sizing.RequestMeter, "__init__", keep)
+    run = replay(traj, "contextkit", window=100_000)
+    assert run.served_all
+    meter = max(meters, key=lambda m: m.calls)
+    assert meter.calls / run.requests > 5  # what the flow asks
+    assert meter.measured / run.requests <= 1.5  # what is summed
+
+
+def test_a_remembered_measure_equals_a_fresh_one() -> None:
+    from contextkit.messages import Message
+    from contextkit.sizing import RequestMeter, request_bytes
+
+    meter = RequestMeter()
+    h = [Message.system("s"), Message.user("x" * 500)]
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+    first = meter.measure(h, tools=tools, temperature=0.5)
+    assert meter.measure(list(h), tools=tools, temperature=0.5) == first and meter.measured == 1
+    assert first.bytes == request_bytes(h, tools=tools, temperature=0.5)
+    other = meter.measure(h, tools=tools, temperature=0.7)  # other parameters: measured again
+    assert meter.measured == 2 and other.bytes == request_bytes(h, tools=tools, temperature=0.7)
+    h2 = [*h, Message.assistant("y")]
+    assert meter.measure(h2).bytes == request_bytes(h2) and meter.measured == 3
