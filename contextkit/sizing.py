@@ -402,6 +402,10 @@ def _fresh(obj: Any) -> Any:
 
 
 RECENT_REQUESTS = 4  # histories a meter remembers whole (the request of a step and its rewrites)
+CALIBRATION_BAND = (0.5, 2.0)  # provider / our token counts outside this band are not learned from
+# below this many tokens the fixed framing of a request (which providers count differently) outweighs
+# the tokenizer's difference, which is what the ratio is for
+CALIBRATION_MIN_TOKENS = 1024
 
 
 class RequestMeter:
@@ -437,6 +441,38 @@ class RequestMeter:
         self._recent: list[tuple[tuple[Message, ...], str, Measure]] = []
         self.measured = 0  # requests measured message by message (the rest came from the recent ones)
         self.calls = 0
+        # calibration: the provider's prompt_tokens over our count, learned from the requests it
+        # answered (``calibrate``); every token count this meter gives is scaled by it
+        self.ratio = 1.0
+        self._counted = 0  # our tokens (before scaling) over the requests learned from
+        self._reported = 0  # the provider's prompt_tokens for them
+        self.samples = 0
+        self.skipped = 0
+
+    def calibrate(self, measured: int, reported: int) -> float:
+        """Learn from one answered request: ``measured`` is this meter's (scaled) count of what was sent,
+        ``reported`` the provider's ``prompt_tokens``. A count far from ours (below half or above
+        twice) is skipped, and so is a small request (below ``CALIBRATION_MIN_TOKENS``, where the
+        framing dominates): the provider did not count what we sent (it edited the request, or a proxy
+        added to it), so it says nothing about the tokenizer. Returns the ratio in force."""
+        if measured <= 0 or reported < CALIBRATION_MIN_TOKENS:
+            return self.ratio
+        raw = measured / self.ratio
+        if not CALIBRATION_BAND[0] <= reported / raw <= CALIBRATION_BAND[1]:
+            with self._lock:
+                self.skipped += 1
+            return self.ratio
+        with self._lock:
+            self._counted += round(raw)
+            self._reported += reported
+            self.samples += 1
+            ratio = self._reported / self._counted
+            # within half a percent of ours the count is already the provider's: leave it exact
+            ratio = 1.0 if abs(ratio - 1.0) < 0.005 else ratio
+            if ratio != self.ratio:
+                self.ratio = ratio
+                self._recent = []  # remembered measures hold counts at the old ratio
+            return self.ratio
 
     @property
     def route(self) -> str:
@@ -518,6 +554,8 @@ class RequestMeter:
             else:
                 total_bytes = sum(message_bytes(m) for m in messages)
         total_bytes += framing[0] + max(0, len(messages) - 1)
+        if self.ratio != 1.0:
+            total_tokens = round(total_tokens * self.ratio)
         result = Measure(bytes=total_bytes, tokens=total_tokens, messages=len(messages))
         with self._lock:
             self.measured += 1

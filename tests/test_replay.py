@@ -223,3 +223,33 @@ def test_a_remembered_measure_equals_a_fresh_one() -> None:
     assert meter.measured == 2 and other.bytes == request_bytes(h, tools=tools, temperature=0.7)
     h2 = [*h, Message.assistant("y")]
     assert meter.measure(h2).bytes == request_bytes(h2) and meter.measured == 3
+
+
+def test_the_meter_learns_the_providers_ratio_and_skips_counts_of_an_edited_request() -> None:
+    from contextkit.messages import Message
+    from contextkit.sizing import RequestMeter
+
+    meter = RequestMeter()
+    h = [Message.user("hello world " * 200)]
+    raw = meter.measure(h).tokens
+    assert meter.calibrate(raw, int(raw * 1.10)) == pytest.approx(1.10, abs=0.01)
+    assert meter.measure(h).tokens == pytest.approx(raw * 1.10, rel=0.01)  # every later count is scaled
+    before = meter.ratio
+    meter.calibrate(meter.measure(h).tokens, raw * 5)  # the provider counted something else: not learned
+    assert meter.ratio == before and meter.skipped == 1
+    exact = RequestMeter()
+    assert exact.calibrate(raw, raw + 1) == 1.0 and exact.measure(h).tokens == raw  # within 0.5%: exact
+    assert exact.calibrate(100, 150) == 1.0 and exact.samples == 1  # a small request: not learned
+
+
+def test_a_session_calibrates_from_the_providers_prompt_tokens() -> None:
+    from contextkit.session.core import Session
+    from contextkit.sim.server import GatewaySimulator
+
+    with GatewaySimulator() as gw:
+        kwargs = gw.litellm_kwargs()
+        with Session(kwargs.pop("model"), status=False, on_flush=None, **kwargs) as s:
+            s.send("hello")
+            assert s._meter.samples == 0  # too small to say anything about the tokenizer
+            s.send("a longer message about the tokenizer " * 200)
+            assert s._meter.samples == 1 and s._meter.ratio == pytest.approx(1.0, abs=0.05)

@@ -319,6 +319,8 @@ def _after_reply(
     an ``@recall`` round, or a ``max_tokens`` escalation - or finish the turn."""
     st, sent, answer = ctx.state, prepared.sent, turn.answer
     ctx.evidence().accepted(sent.bytes, sent.tokens)
+    if outcome.prompt_tokens:  # the provider's count of this request calibrates ours (every window decision)
+        ctx.meter.calibrate(sent.tokens, outcome.prompt_tokens)
     turn.retries = 0
     _count_usage(st, turn, outcome)
     turn.attempts.append(

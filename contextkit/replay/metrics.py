@@ -93,17 +93,18 @@ def token_errors(traj: Trajectory, model: str = "") -> list[tuple[int, int, int]
 
 
 def calibrated_errors(rows: Sequence[tuple[int, int, int]]) -> tuple[list[float], list[float]]:
-    """Relative errors (ours / provider's - 1) before and after calibration: each step's count times the
-    ratio learned from the steps before it (the sum of the provider's counts over the sum of ours;
-    the first step, with nothing learned, counts as it is)."""
+    """Relative errors (ours / provider's - 1) before and after calibration, the way a session
+    calibrates (``RequestMeter.calibrate``): each step counted at the ratio learned from the steps
+    before it, then learned from (the first step, with nothing learned, counts as it is)."""
+    from contextkit.sizing import RequestMeter
+
+    meter = RequestMeter()
     before, after = [], []
-    ours_sum = theirs_sum = 0
     for _, ours, theirs in rows:
         before.append(ours / theirs - 1)
-        ratio = theirs_sum / ours_sum if ours_sum else 1.0
-        after.append(ours * ratio / theirs - 1)
-        ours_sum += ours
-        theirs_sum += theirs
+        scaled = round(ours * meter.ratio)
+        after.append(scaled / theirs - 1)
+        meter.calibrate(scaled, theirs)
     return before, after
 
 
