@@ -406,6 +406,7 @@ CALIBRATION_BAND = (0.5, 2.0)  # provider / our token counts outside this band a
 # below this many tokens the fixed framing of a request (which providers count differently) outweighs
 # the tokenizer's difference, which is what the ratio is for
 CALIBRATION_MIN_TOKENS = 1024
+CALIBRATION_DEADBAND = 0.03
 
 
 class RequestMeter:
@@ -467,8 +468,9 @@ class RequestMeter:
             self._reported += reported
             self.samples += 1
             ratio = self._reported / self._counted
-            # within half a percent of ours the count is already the provider's: leave it exact
-            ratio = 1.0 if abs(ratio - 1.0) < 0.005 else ratio
+            # within CALIBRATION_DEADBAND of ours the count is close enough: it stays exact, so a
+            # session's decisions do not shift with every answered request for a percent or two
+            ratio = 1.0 if abs(ratio - 1.0) < CALIBRATION_DEADBAND else ratio
             if ratio != self.ratio:
                 self.ratio = ratio
                 self._recent = []  # remembered measures hold counts at the old ratio

@@ -230,15 +230,16 @@ def test_the_meter_learns_the_providers_ratio_and_skips_counts_of_an_edited_requ
     from contextkit.sizing import RequestMeter
 
     meter = RequestMeter()
-    h = [Message.user("hello world " * 200)]
+    h = [Message.user("hello world " * 800)]
     raw = meter.measure(h).tokens
+    assert raw > 1024
     assert meter.calibrate(raw, int(raw * 1.10)) == pytest.approx(1.10, abs=0.01)
     assert meter.measure(h).tokens == pytest.approx(raw * 1.10, rel=0.01)  # every later count is scaled
     before = meter.ratio
     meter.calibrate(meter.measure(h).tokens, raw * 5)  # the provider counted something else: not learned
     assert meter.ratio == before and meter.skipped == 1
     exact = RequestMeter()
-    assert exact.calibrate(raw, raw + 1) == 1.0 and exact.measure(h).tokens == raw  # within 0.5%: exact
+    assert exact.calibrate(raw, int(raw * 1.02)) == 1.0 and exact.measure(h).tokens == raw  # within 3%: exact
     assert exact.calibrate(100, 150) == 1.0 and exact.samples == 1  # a small request: not learned
 
 
