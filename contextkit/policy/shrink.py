@@ -44,6 +44,23 @@ def unread_recalls(history: Sequence[Message]) -> set[int]:
     return {i for i, m in enumerate(history) if i > last and m.is_recall}
 
 
+def superseded_results(history: Sequence[Message]) -> set[int]:
+    """Tool results whose call (name and arguments) the assistant made again later: the later result
+    is the current view (of a file, a listing, a test run), the older one is what to cut first."""
+    calls = {c.id: (c.name, c.arguments) for m in history if m.role == "assistant" for c in m.tool_calls}
+    seen: set[tuple[str, str]] = set()
+    out: set[int] = set()
+    for i in range(len(history) - 1, -1, -1):
+        m = history[i]
+        call = calls.get(m.tool_call_id or "") if m.role == "tool" else None
+        if call is None:
+            continue
+        if call in seen:
+            out.add(i)
+        seen.add(call)
+    return out
+
+
 @dataclass(frozen=True)
 class ShrinkReport:
     shrunk: int = 0
@@ -106,6 +123,7 @@ def shrink_to_budget(
     last_round = newest_tool_round(history, after=found)
     round_at = len(history) if last_round is None else last_round
     unread = unread_recalls(history)
+    stale = superseded_results(history)
 
     def tier(i: int) -> int:
         # older messages first, then the current chain, then its newest tool round
@@ -118,15 +136,16 @@ def shrink_to_budget(
         exhausted.clear()
         while total > budget:
             pool = [
-                # by tier, recall results the model has not read last, the largest first
-                (tier(i), i in unread, len(m.content), i)
+                # by tier, recall results the model has not read last, superseded results (the same
+                # call made again later: an older view of the same file) first, the largest first
+                (tier(i), i in unread, i not in stale, len(m.content), i)
                 for i, m in enumerate(out)
                 if shrinkable(i, m) and (len(m.content) > floor_chars if stage == 1 else i not in stubbed)
             ]
             if not pool:
                 break
-            first = min(p[:2] for p in pool)
-            _, _, _, i = max(p for p in pool if p[:2] == first)
+            first = min(p[:3] for p in pool)
+            i = max(p for p in pool if p[:3] == first)[-1]
             m = out[i]
             keys = cite(i)
             if keys is None:
