@@ -308,6 +308,16 @@ def newest_request_index(history: Sequence[Message]) -> int | None:
     )
 
 
+def newest_tool_round(history: Sequence[Message], *, after: int | None = None) -> int | None:
+    """Index of the newest assistant message with tool calls (the start of the newest tool round),
+    when it comes after index ``after``; None when there is none."""
+    floor = -1 if after is None else after
+    for i in range(len(history) - 1, floor, -1):
+        if history[i].role == "assistant" and history[i].tool_calls:
+            return i
+    return None
+
+
 def assistant_turns(history: Sequence[Message]) -> list[int]:
     """For each message, how many assistant messages precede it (its turn tag)."""
     tags: list[int] = []

@@ -401,6 +401,14 @@ def _fresh(obj: Any) -> Any:
     return obj
 
 
+RECENT_REQUESTS = 4  # histories a meter remembers whole (the request of a step and its rewrites)
+CALIBRATION_BAND = (0.5, 2.0)  # provider / our token counts outside this band are not learned from
+# below this many tokens the fixed framing of a request (which providers count differently) outweighs
+# the tokenizer's difference, which is what the ratio is for
+CALIBRATION_MIN_TOKENS = 1024
+CALIBRATION_DEADBAND = 0.03
+
+
 class RequestMeter:
     """Caches per-message sizes so re-measuring a grown history costs only the new messages.
 
@@ -427,6 +435,46 @@ class RequestMeter:
         self.misses = 0
         self.hits = 0
         self.fallbacks = 0  # Anthropic-route requests measured from the real messages
+        # the request framing (body skeleton bytes, tool tokens) per tools + parameters, and the last
+        # few histories measured: the turn flow measures the same request several times per step,
+        # and a history seen again (the same message objects) costs a comparison, not a sum
+        self._framing: dict[str, tuple[int, int]] = {}
+        self._recent: list[tuple[tuple[Message, ...], str, Measure]] = []
+        self.measured = 0  # requests measured message by message (the rest came from the recent ones)
+        self.calls = 0
+        # calibration: the provider's prompt_tokens over our count, learned from the requests it
+        # answered (``calibrate``); every token count this meter gives is scaled by it
+        self.ratio = 1.0
+        self._counted = 0  # our tokens (before scaling) over the requests learned from
+        self._reported = 0  # the provider's prompt_tokens for them
+        self.samples = 0
+        self.skipped = 0
+
+    def calibrate(self, measured: int, reported: int) -> float:
+        """Learn from one answered request: ``measured`` is this meter's (scaled) count of what was sent,
+        ``reported`` the provider's ``prompt_tokens``. A count far from ours (below half or above
+        twice) is skipped, and so is a small request (below ``CALIBRATION_MIN_TOKENS``, where the
+        framing dominates): the provider did not count what we sent (it edited the request, or a proxy
+        added to it), so it says nothing about the tokenizer. Returns the ratio in force."""
+        if measured <= 0 or reported < CALIBRATION_MIN_TOKENS:
+            return self.ratio
+        raw = measured / self.ratio
+        if not CALIBRATION_BAND[0] <= reported / raw <= CALIBRATION_BAND[1]:
+            with self._lock:
+                self.skipped += 1
+            return self.ratio
+        with self._lock:
+            self._counted += round(raw)
+            self._reported += reported
+            self.samples += 1
+            ratio = self._reported / self._counted
+            # within CALIBRATION_DEADBAND of ours the count is close enough: it stays exact, so a
+            # session's decisions do not shift with every answered request for a percent or two
+            ratio = 1.0 if abs(ratio - 1.0) < CALIBRATION_DEADBAND else ratio
+            if ratio != self.ratio:
+                self.ratio = ratio
+                self._recent = []  # remembered measures hold counts at the old ratio
+            return self.ratio
 
     @property
     def route(self) -> str:
@@ -464,6 +512,7 @@ class RequestMeter:
             for message in [m for m in self._skeletons if m not in keep]:
                 del self._skeletons[message]
             self._memo.clear()
+            self._recent = [r for r in self._recent if all(m in keep for m in r[0])]
 
     @property
     def entries(self) -> int:
@@ -477,22 +526,43 @@ class RequestMeter:
         **params: Any,
     ) -> Measure:
         """Request bytes and tokens of ``history`` (+ tools), equal to ``request_bytes`` exactly."""
+        key = json.dumps([list(tools or ()), sorted(params.items())], default=repr)
+        self.calls += 1
+        messages = tuple(history)
+        with self._lock:
+            for seen, seen_key, result in self._recent:
+                if seen_key == key and len(seen) == len(messages) and all(a is b for a, b in zip(seen, messages, strict=True)):
+                    self.hits += len(messages)  # every message's sizes came from memory
+                    return result
+            framing = self._framing.get(key)
+        if framing is None:
+            # the skeleton has "messages":[]; each message and the commas between them are added below
+            framing = (openai_request_bytes([], tools=tools, model=self.model, **params), tools_tokens(tools, self.model))
+            with self._lock:
+                if len(self._framing) > 64:
+                    self._framing.clear()
+                self._framing[key] = framing
         total_bytes = 0
         total_tokens = 0
-        for message in history:
+        for message in messages:
             b, t = self._sizes(message)
             total_bytes += b
             total_tokens += t
-        total_tokens += _REPLY_PRIMING + tools_tokens(tools, self.model)
+        total_tokens += _REPLY_PRIMING + framing[1]
         if self.route == ANTHROPIC_ROUTE:
             built = self._built_bytes(history, tools, params, None)
             if built is not None:
-                return Measure(bytes=built, tokens=total_tokens, messages=len(history))
-            total_bytes = sum(message_bytes(m) for m in history)
-        skeleton = openai_request_bytes([], tools=tools, model=self.model, **params)
-        # skeleton has "messages":[] ; add each message and the commas between them
-        total_bytes += skeleton + max(0, len(history) - 1)
-        return Measure(bytes=total_bytes, tokens=total_tokens, messages=len(history))
+                total_bytes = built - framing[0] - max(0, len(messages) - 1)  # the whole body, framing included
+            else:
+                total_bytes = sum(message_bytes(m) for m in messages)
+        total_bytes += framing[0] + max(0, len(messages) - 1)
+        if self.ratio != 1.0:
+            total_tokens = round(total_tokens * self.ratio)
+        result = Measure(bytes=total_bytes, tokens=total_tokens, messages=len(messages))
+        with self._lock:
+            self.measured += 1
+            self._recent = [(messages, key, result), *self._recent[:RECENT_REQUESTS - 1]]
+        return result
 
     def breakpoint_bytes(
         self,

@@ -12,7 +12,7 @@ import pytest
 
 from contextkit import Limits, Session, backend
 from contextkit.archive import Archive
-from contextkit.events import NoticeEvent, RecoveryEvent, RequestEvent
+from contextkit.events import CompactionEvent, NoticeEvent, RecoveryEvent, RequestEvent
 from contextkit.limits.state import SessionStats
 from contextkit.policy.oversize import EXCERPT_TAG
 from contextkit.sim import GatewaySimulator, Workspace
@@ -212,10 +212,14 @@ def test_big_outputs_enter_as_small_previews_that_go_first_and_cost_less(gw: Gat
     first = next(m for m in json.loads(gw.body(gw.requests[1].seq))["messages"] if m["role"] == "tool")
     assert len(first["content"]) <= 1_000 and "archived" in first["content"]  # 2% of 48 KB, at the floor
     passes = [e for e in session.events if isinstance(e, NoticeEvent) and e.code == "pressure"]
+    # the session counts tokens as the provider does once it has calibrated on its answers (the
+    # simulator counts the tool schemas more dearly), so a compaction may come first
+    compactions = [e for e in session.events if isinstance(e, CompactionEvent) and e.phase == "done" and e.outcome == "applied"]
     breaks = [e for e in events if e.append_only is False]
-    assert 1 <= len(passes) == len(breaks) <= 5  # every break is a pass, explained
+    assert len(passes) >= 1 and len(passes) + len(compactions) == len(breaks) <= 5  # every break explained
     excerpts = [p for p in passes if "previews of archived outputs cleared" in p.text]
-    assert len(excerpts) >= 2 and all(int(p.text.split("%")[0].split()[-1]) < 60 for p in excerpts)
+    # (two excerpt passes before calibration; once the compaction has run, one is enough)
+    assert len(excerpts) >= 1 and all(int(p.text.split("%")[0].split()[-1]) < 60 for p in excerpts)
     gw.reset()
     waiting = agent(gw, limits=Limits(**limits, excerpt_trigger=0.6, tool_result_preview_share=0), file_bytes=30_000,
                     price_as=PRICE)  # fmt: skip

@@ -128,6 +128,7 @@ LAYERS = (
     "analysis",
     "widgets",
     "experiments",
+    "replay",
     "integrations",
     "cli",
     "api",  # contextkit/__init__.py and __main__.py

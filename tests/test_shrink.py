@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from contextkit.markers import extract_keys
-from contextkit.messages import Message
+from contextkit.messages import Message, ToolCall
 from contextkit.policy.expand import expand_markers
-from contextkit.policy.shrink import cap_verbatim, shrink_to_budget
+from contextkit.policy.shrink import cap_verbatim, shrink_to_budget, superseded_results
 from contextkit.policy.testing import MemorySink
 from contextkit.sizing import request_bytes
 
@@ -157,3 +157,19 @@ def test_the_task_survives_shrinking():
     assert out2[3].content == task and len(out2[5].content) < 20_000 and r2.within_budget
     out3, r3 = shrink_to_budget(h, budget=len(task) // 2, measure=chars, archive=sink)
     assert out3[3].content == task and not r3.within_budget  # over budget rather than losing the task
+
+
+def test_shrink_cuts_a_superseded_view_before_the_current_one():
+    """The same call made twice (an older and a newer view of one file): the older is cut first,
+    even though it is the smaller one."""
+    read = '{"command": "cat src/io.py"}'
+    h = [Message.system("s"), Message.user("task"),
+         Message.assistant("", [ToolCall("a", "bash", read)]), Message.tool("a", "old view " * 300),
+         Message.assistant("", [ToolCall("b", "bash", '{"command": "ls"}')]), Message.tool("b", "listing " * 400),
+         Message.assistant("", [ToolCall("c", "bash", read)]), Message.tool("c", "new view " * 300),
+         Message.assistant("", [ToolCall("d", "bash", '{"command": "pwd"}')]), Message.tool("d", "/testbed")]  # fmt: skip
+    assert superseded_results(h) == {3}
+    budget = request_bytes(h) - 1500
+    out, report = shrink_to_budget(h, budget=budget, measure=request_bytes, archive=MemorySink())
+    assert report.changed and out[3] is not h[3]  # the superseded view went first
+    assert out[7] is h[7]  # the current view stays whole

@@ -30,9 +30,10 @@ def test_nuclear_caps_kept_message_content():
     assert sink.get(extract_keys(out[4].content)[0]) == "z" * 50_000
 
 
-def test_truncation_never_cuts_past_the_newest_user_message():
-    """keep=4 on an agent chain of 9 messages since the user's request: the request and its whole
-    call/result chain survive (the old snap walked past every user message and kept nothing)."""
+def test_truncation_cuts_inside_an_agent_chain_but_keeps_the_task_and_the_newest_round():
+    """keep=4 on an agent chain of 9 messages since the user's request: the cut goes inside the chain
+    at the start of a tool round (an agent run's whole trajectory is that chain, so protecting all of
+    it let nothing go); the request is re-attached after the notice, the newest round is kept."""
     sink = MemorySink()
     chain: list[Message] = []
     for i in range(4):
@@ -40,12 +41,33 @@ def test_truncation_never_cuts_past_the_newest_user_message():
         chain += [Message.assistant("", [call]), Message.tool(f"c{i}", f"result {i} " * 200)]
     h = [Message.system("s"), Message.user("old question"), Message.assistant("old answer"),
          Message.user("fix the bug in io.py"), *chain, Message.assistant("done")]  # fmt: skip
-    out, r = emergency_truncate(h, keep=4, archive=sink, per_message_cap=500)
-    assert out[0].role == "system" and r.dropped == 2
-    assert out[2].content == "fix the bug in io.py"
-    assert [m.role for m in out[3:]] == [m.role for m in [*chain, h[-1]]]
+    out, r = emergency_truncate(h, keep=4, archive=sink)
+    assert out[0].role == "system" and r.dropped == 8
+    assert out[1].is_summary and "8 messages removed" in out[1].content
+    assert out[2].content == "fix the bug in io.py"  # the task text, whole, still the newest user message
+    assert out[3:] == [*chain[-2:], h[-1]]  # the newest round, untouched
     assert find_orphans(out) == ([], [])
-    assert "old question" in expand_markers(out[1].content, sink)
+    transcript = expand_markers(out[1].content, sink)
+    assert "old question" in transcript and "result 2" in transcript  # archived before it was dropped
+
+
+def test_truncation_never_cuts_past_the_newest_tool_round():
+    """keep=1: the tail would start at the final answer; it starts at the newest round instead."""
+    sink = MemorySink()
+    calls = [ToolCall(f"c{i}", "bash", "{}") for i in range(3)]
+    h = [Message.system("s"), Message.user("task"),
+         Message.assistant("", [calls[0]]), Message.tool("c0", "a" * 3000),
+         Message.assistant("", calls[1:]), Message.tool("c1", "b" * 3000), Message.tool("c2", "c" * 3000)]  # fmt: skip
+    out, r = emergency_truncate(h, keep=1, archive=sink)
+    assert [m.content[:1] for m in out] == ["s", "[", "t", "", "b", "c"]
+    assert r.dropped == 2 and find_orphans(out) == ([], [])
+
+
+def test_a_chat_still_never_cuts_past_the_newest_user_message():
+    sink = MemorySink()
+    h = [Message.system("s"), Message.user("q1"), Message.assistant("a1"), Message.user("q2 " * 100)]
+    out, r = emergency_truncate(h, keep=0, archive=sink)
+    assert out[-1].content == h[-1].content and r.dropped == 2
 
 
 def verbatim_fixture() -> list[Message]:

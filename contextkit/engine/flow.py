@@ -356,6 +356,10 @@ def _after_reply(
     an ``@recall`` round, or a ``max_tokens`` escalation - or finish the turn."""
     st, sent, answer = ctx.state, prepared.sent, turn.answer
     ctx.evidence(fallback.active(ctx, turn.model_index)[0]).accepted(sent.bytes, sent.tokens)
+    if outcome.prompt_tokens and not outcome.context_edits:
+        # the provider's count of this request calibrates ours (every window decision); a request the
+        # provider edited server-side counts fewer tokens than were sent, so it teaches nothing
+        ctx.meter.calibrate(sent.tokens, outcome.prompt_tokens)
     turn.retries = 0
     _count_usage(st, turn, outcome)
     provider_edits.count_rebuild(ctx, outcome.cache_write_tokens)

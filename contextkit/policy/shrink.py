@@ -6,8 +6,8 @@ archived before its first cut, every cut taken from the original (no nested bann
 marker at the end. When the 400-char floors alone still do not fit, a second
 stage replaces messages largest-first by a one-line pointer stub, so the result fits whenever the
 system messages (plus a pointer per message) do. The task survives: the newest user message is never
-cut here (``policy.oversize`` owns that case), and the tool call/result chain since it is cut only
-after every older message has been cut as far as it goes.
+cut here (``policy.oversize`` owns that case), the tool call/result chain since it is cut only
+after every older message has been cut as far as it goes, and the chain's newest tool round last.
 
 ``cap_verbatim`` keeps preserve_verbatim messages to a quarter of the budget: beyond that the
 oldest are stubbed with their marker and lose the flag, so compaction always converges. Both take
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from contextkit.markers import ArchiveSink, recall_suffix
-from contextkit.messages import Message, newest_request_index
+from contextkit.messages import Message, newest_request_index, newest_tool_round
 from contextkit.policy._common import (
     archive_original,
     describe_origin,
@@ -42,6 +42,23 @@ def unread_recalls(history: Sequence[Message]) -> set[int]:
     the model recall them again (or give up); once it has read them they age out like any other."""
     last = max((i for i, m in enumerate(history) if m.role == "assistant"), default=-1)
     return {i for i, m in enumerate(history) if i > last and m.is_recall}
+
+
+def superseded_results(history: Sequence[Message]) -> set[int]:
+    """Tool results whose call (name and arguments) the assistant made again later: the later result
+    is the current view (of a file, a listing, a test run), the older one is what to cut first."""
+    calls = {c.id: (c.name, c.arguments) for m in history if m.role == "assistant" for c in m.tool_calls}
+    seen: set[tuple[str, str]] = set()
+    out: set[int] = set()
+    for i in range(len(history) - 1, -1, -1):
+        m = history[i]
+        call = calls.get(m.tool_call_id or "") if m.role == "tool" else None
+        if call is None:
+            continue
+        if call in seen:
+            out.add(i)
+        seen.add(call)
+    return out
 
 
 @dataclass(frozen=True)
@@ -103,7 +120,14 @@ def shrink_to_budget(
 
     found = newest_request_index(history)
     newest = -1 if found is None else found
+    last_round = newest_tool_round(history, after=found)
+    round_at = len(history) if last_round is None else last_round
     unread = unread_recalls(history)
+    stale = superseded_results(history)
+
+    def tier(i: int) -> int:
+        # older messages first, then the current chain, then its newest tool round
+        return 0 if i < newest else (1 if i < round_at else 2)
 
     def shrinkable(i: int, m: Message) -> bool:
         return m.role != "system" and not m.preserve_verbatim and i not in exhausted and i != newest
@@ -112,15 +136,16 @@ def shrink_to_budget(
         exhausted.clear()
         while total > budget:
             pool = [
-                # older messages first, then the current chain, recall results the model has not read last
-                (i > newest, i in unread, len(m.content), i)
+                # by tier, recall results the model has not read last, superseded results (the same
+                # call made again later: an older view of the same file) first, the largest first
+                (tier(i), i in unread, i not in stale, len(m.content), i)
                 for i, m in enumerate(out)
                 if shrinkable(i, m) and (len(m.content) > floor_chars if stage == 1 else i not in stubbed)
             ]
             if not pool:
                 break
-            first = min(p[:2] for p in pool)
-            _, _, _, i = max(p for p in pool if p[:2] == first)
+            first = min(p[:3] for p in pool)
+            i = max(p for p in pool if p[:3] == first)[-1]
             m = out[i]
             keys = cite(i)
             if keys is None:

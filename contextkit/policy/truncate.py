@@ -3,9 +3,11 @@
 Keeps every system message (moved to the front), the last ``keep`` non-system messages (snapped so
 the kept tail starts with a user message, which also keeps tool results with their calls) and every
 preserve_verbatim message (re-attached after the notice, downgraded to a user message when it was a
-tool result whose call is gone). The task always survives: the kept tail never starts after the
-newest user message, so that message and the tool call/result chain since it are kept whatever
-``keep`` says. The dropped messages are archived as one transcript before anything is removed; the
+tool result whose call is gone). The task always survives. In a chat the kept tail never starts
+after the newest user message. In an agent run (tool rounds after the newest user message: its whole
+trajectory is that message's chain) the tail may start inside the chain, at the start of a tool round,
+but never after the newest round, and the task message is kept after the notice (still the newest user message), so a run of
+hundreds of rounds fits a small window. The dropped messages are archived as one transcript before anything is removed; the
 notice cites it. ``per_message_cap`` (nuclear: 4000) then cuts long non-system, non-verbatim messages
 end-preserving, each original archived first - except the newest user message, which only the
 oversize rule (``policy.oversize``) may shorten.
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from contextkit.markers import ArchiveSink, marker, recall_suffix
-from contextkit.messages import Message, newest_request_index, render_transcript
+from contextkit.messages import Message, newest_request_index, newest_tool_round, render_transcript
 from contextkit.policy._common import cap_end_preserving, tool_result_as_user
 from contextkit.policy.archive_index import index_block
 from contextkit.policy.pairing import PairingReport, repair_tool_pairing
@@ -71,11 +73,22 @@ def emergency_truncate(
     rest = [m for m in history if m.role != "system"]
     newest = newest_request_index(rest)
     start = max(0, len(rest) - max(0, keep))
-    while start < len(rest) and rest[start].role != "user":
-        start += 1
-    if newest is not None:
-        start = min(start, newest)  # the task survives: never cut past the newest user message
-    dropped, kept = rest[:start], rest[start:]
+    last_round = newest_tool_round(rest, after=newest)
+    task: Message | None = None
+    if newest is not None and last_round is not None and start > newest:
+        # an agent run: its whole trajectory is the chain of the newest user message, so the cut goes
+        # inside the chain, at the start of a tool round, never past the newest round; the task
+        # message itself is kept and re-attached after the notice
+        while start < last_round and rest[start].role != "assistant":
+            start += 1
+        start = min(start, last_round)
+        task = rest[newest]
+    else:
+        while start < len(rest) and rest[start].role != "user":
+            start += 1
+        if newest is not None:
+            start = min(start, newest)  # the task survives: never cut past the newest user message
+    dropped, kept = [m for m in rest[:start] if m is not task], rest[start:]
     removed = [m for m in dropped if not m.preserve_verbatim]
     verbatim = [m for m in dropped if m.preserve_verbatim]
     keys: list[str] = []
@@ -94,7 +107,8 @@ def emergency_truncate(
         else:
             text = RECOVERY_NOTICE + index + recall_suffix([segment_key])
         notice = Message.user(text, is_summary=True, summary_of=len(removed))
-        out = [*systems, notice, *(tool_result_as_user(m) for m in verbatim), *kept]
+        # the task goes after the notice and the re-attached originals: it stays the newest user message
+        out = [*systems, notice, *(tool_result_as_user(m) for m in verbatim), *([task] if task else []), *kept]
     else:
         out = [*systems, *rest]
     moved = not removed and list(history) != out

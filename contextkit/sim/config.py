@@ -9,6 +9,7 @@ from typing import Any
 from contextkit.errors import ConfigError
 from contextkit.sim import faults
 from contextkit.sim.model import AgentScript
+from contextkit.sim.replay import ReplayScript
 from contextkit.sizing import parse_size
 
 SUMMARY_MODES = ("extract", "refuse", "short", "error_text", "fail", "timeout")
@@ -57,7 +58,7 @@ class SimConfig:
     latency: float = 0.0
     summary_mode: str = "extract"
     timeout_sleep: float = 5.0
-    agent: AgentScript | None = None
+    agent: AgentScript | ReplayScript | None = None  # a replay answers every turn request from its recording
     # llama.cpp's server answers a streamed request that overflows its context with 200 and an empty
     # event stream (no chunk, no finish reason, no error); non-streamed requests still get the 400.
     empty_stream_on_overflow: bool = False
@@ -94,8 +95,8 @@ class SimConfig:
             raise ConfigError(f"cache_ttl must be >= 0 seconds, got {self.cache_ttl!r}")
         if self.latency < 0 or self.timeout_sleep < 0:
             raise ConfigError("latency and timeout_sleep must be >= 0 seconds")
-        if self.agent is not None and not isinstance(self.agent, AgentScript):
-            raise ConfigError(f"agent must be an AgentScript or None, got {type(self.agent).__name__}")
+        if self.agent is not None and not isinstance(self.agent, AgentScript | ReplayScript):
+            raise ConfigError(f"agent must be an AgentScript, a ReplayScript or None, got {type(self.agent).__name__}")
         cap = None if self.max_body is None else parse_size(self.max_body, what="max_body")
         return replace(self, max_body=cap)
 

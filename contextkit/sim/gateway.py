@@ -26,7 +26,15 @@ from contextkit.sim.config import (
     SimConfig,
 )
 from contextkit.sim.gate import StreamGate
-from contextkit.sim.model import CONTINUATION_TRIGGER, SUMMARY_TRIGGERS, Conversation, ScriptedModel, ScriptedReply
+from contextkit.sim.model import (
+    CONTINUATION_TRIGGER,
+    SUMMARY_TRIGGERS,
+    AgentScript,
+    Conversation,
+    ScriptedModel,
+    ScriptedReply,
+)
+from contextkit.sim.replay import ReplayScript
 from contextkit.sizing import text_tokens, truncate_to_tokens
 
 
@@ -147,7 +155,9 @@ def _reply(conv: Conversation, cfg: SimConfig, is_summary: bool) -> ScriptedRepl
     if is_summary and cfg.summary_mode != "extract":
         text = {"refuse": REFUSAL, "short": SHORT_SUMMARY, "error_text": ERROR_TEXT}[cfg.summary_mode]
         return ScriptedReply(text)
-    return ScriptedModel(agent=cfg.agent).reply(conv)
+    if isinstance(cfg.agent, ReplayScript) and not is_summary:
+        return cfg.agent.next_reply(conv)  # a recorded run: no directives, needles or scripted steps
+    return ScriptedModel(agent=cfg.agent if isinstance(cfg.agent, AgentScript) else None).reply(conv)
 
 
 def _render(route: str, reply: ScriptedReply, out: Outcome, fault: str | None, seq: int) -> wire.Response:
