@@ -15,6 +15,7 @@ import altair as alt
 import polars as pl
 
 from contextkit.analysis.frames import Frames
+from contextkit.display.html import STAGE_COLOURS
 from contextkit.events import COMPACTION_STAGES
 
 __all__ = [
@@ -231,7 +232,8 @@ def history_vs_cap_data(frames: Frames) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def history_vs_cap_chart(frames: Frames) -> alt.LayerChart:
     """Request bytes per attempt (line), the payload cap in force (dashed step line), rejected
-    attempts (red crosses) and applied compactions (vertical rules, colored by phase)."""
+    attempts (red crosses) and applied compactions (vertical rules, coloured by compaction stage
+    with the dashboard's colours; the phase is in the tooltip)."""
     points, marks = history_vs_cap_data(frames)
     x = alt.X("request_index:Q", title="request")
     line = (
@@ -265,8 +267,12 @@ def history_vs_cap_chart(frames: Frames) -> alt.LayerChart:
             .mark_rule(strokeWidth=2, opacity=0.6)
             .encode(
                 x=x,
-                color=alt.Color("phase:N", title="compaction phase"),
-                tooltip=["phase:N", "stage:N", "trigger:N", "freed_bytes:Q"],
+                color=alt.Color(
+                    "stage:N",
+                    title="compaction stage",
+                    scale=alt.Scale(domain=list(COMPACTION_STAGES), range=[STAGE_COLOURS[s] for s in COMPACTION_STAGES]),
+                ),
+                tooltip=["stage:N", "phase:N", "trigger:N", "freed_bytes:Q"],
             )
         )
     return alt.LayerChart(layer=layers, width=520, height=260, title="Request size vs payload cap")
