@@ -38,6 +38,7 @@ STAGE_SCALE = alt.Scale(domain=list(COMPACTION_STAGES), range=[STAGE_COLOURS[s] 
 LIMIT_COLOURS = {KNOWN_TO_PASS: "#2e7d32", SEND_LIMIT: "#37474f", KNOWN_TO_FAIL: "#c62828", REAL_CAP: "#6a1b9a"}
 LIMIT_DASHES = {KNOWN_TO_PASS: [1, 0], SEND_LIMIT: [6, 4], KNOWN_TO_FAIL: [1, 0], REAL_CAP: [2, 3]}
 EMBED_OPTIONS = {"renderer": "svg", "actions": False}
+LIMITS_TITLE = "what the session knows about the gateway's limit"
 SPREAD = 0.3  # marks that share an x (several steps between two requests) spread over +-0.3 of a request
 
 
@@ -86,6 +87,7 @@ def session_chart(series: SessionSeries, *, projector: bool = False) -> alt.VCon
     # placeholder rows keep every layer (and its class) in the SVG even before it has data
     empty: list[dict[str, Any]] = []
     lines = list(LIMIT_LINES if series.real_cap else LIMIT_LINES[:-1])
+    limits_legend = alt.Legend(orient="bottom", direction="vertical", labelLimit=0, titleLimit=0, symbolStrokeWidth=2)
 
     points = (
         alt.Chart(_data(requests or empty), name="requests")
@@ -104,14 +106,18 @@ def session_chart(series: SessionSeries, *, projector: bool = False) -> alt.VCon
         .encode(
             x=alt.X("x:Q", scale=xscale),
             y=y,
+            # one legend: colour and dash of the same field, with the same title and legend
             color=alt.Color(
                 "line:N",
                 scale=alt.Scale(domain=lines, range=[LIMIT_COLOURS[n] for n in lines]),
-                title="what the session knows about the gateway's limit",
-                legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0, titleLimit=0),
+                title=LIMITS_TITLE,
+                legend=limits_legend,
             ),
             strokeDash=alt.StrokeDash(
-                "line:N", scale=alt.Scale(domain=lines, range=[LIMIT_DASHES[n] for n in lines]), legend=None
+                "line:N",
+                scale=alt.Scale(domain=lines, range=[LIMIT_DASHES[n] for n in lines]),
+                title=LIMITS_TITLE,
+                legend=limits_legend,
             ),
             detail="line:N",
             tooltip=tip,
