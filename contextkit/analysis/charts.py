@@ -28,6 +28,8 @@ __all__ = [
     "retention_chart",
 ]
 
+# panels per row of a faceted chart: three of about 200 px fit a 1280 px screen beside the notebook's margins
+FACET_COLUMNS = 3
 # phases that report a whole compaction rather than one stage's work
 _AGGREGATE_PHASES = ("start", "done")
 
@@ -165,6 +167,9 @@ def outcomes_chart(table: Frames | pl.DataFrame) -> alt.FacetChart:
         .drop_nulls("value")
         .with_columns(pl.col("metric").replace_strict(_OUTCOME_METRICS, return_dtype=pl.String))
     )
+    # a metric that is zero everywhere (the cost of a session nobody priced) would be an empty panel
+    shown = [m for m in _OUTCOME_METRICS.values() if long.filter((pl.col("metric") == m) & (pl.col("value") != 0)).height]
+    long = long.filter(pl.col("metric").is_in(shown))
     base = alt.Chart(_data(long)).mark_bar()
     return (
         base.encode(
@@ -173,8 +178,8 @@ def outcomes_chart(table: Frames | pl.DataFrame) -> alt.FacetChart:
             color=alt.Color("source:N", title="source"),
             tooltip=[alt.Tooltip("label:N"), alt.Tooltip("metric:N"), alt.Tooltip("value:Q", format=",.4g")],
         )
-        .properties(width=160, height=140)
-        .facet(facet=alt.Facet("metric:N", title=None, sort=list(_OUTCOME_METRICS.values())), columns=5)
+        .properties(width=150, height=140)
+        .facet(facet=alt.Facet("metric:N", title=None, sort=shown), columns=FACET_COLUMNS)
         .resolve_scale(y="independent")
         .properties(title="Recovery levels and compaction stages: outcomes")
     )

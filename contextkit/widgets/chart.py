@@ -207,6 +207,16 @@ def session_chart(series: SessionSeries, *, projector: bool = False) -> alt.VCon
     return chart
 
 
+def snapshot_chart(session: Any, *, gateway: Any = None, projector: bool = False) -> alt.VConcatChart:
+    """``session_chart`` of the session as it is now (its events so far and its evidence): a plain
+    altair chart that does not change afterwards, for a notebook cell or a slide."""
+    series = SessionSeries()
+    for event in events_of(session, panel="snapshot_chart"):
+        series.apply(event)
+    series.know(*evidence_of(session), real_cap_of(gateway))
+    return session_chart(series, projector=projector)
+
+
 def _top_tokens(series: SessionSeries) -> float:
     values = [r["tokens"] for r in series.requests] + ([series.window] if series.window else [])
     return max(values, default=0) * 1.05 or 1.0

@@ -39,8 +39,8 @@ CACHE_HELP = (
 CAP_HELP = "The largest request body the gateway accepts, as far as this session knows."
 KNOWN_HELP = (
     "What the session knows about the gateway's body limit: the largest body it accepted (known to pass), "
-    "the smallest it refused for its size (known to fail), and the send limit the session keeps under, "
-    "which lies between the two. The real limit is somewhere in that interval."
+    "the smallest it refused for its size (known to fail), and the send limit the session keeps every "
+    "request under (learned from the refusals). The real limit is somewhere between the first two."
 )
 STREAM_STEP = 8  # tokens between two redraws of the streaming count
 
