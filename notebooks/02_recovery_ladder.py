@@ -254,3 +254,8 @@ try:
 except AuthenticationFailed as err:
     print("AuthenticationFailed:", err)
 gw.stop()
+
+# %% [markdown]
+# **What to remember:** only failures about size climb the ladder, one level at a time, and every level
+# archives what it removes; a wrong key or any other failure leaves the history as it was. Next,
+# notebook 3 shows how old tool output is aged and read back with `recall`.
