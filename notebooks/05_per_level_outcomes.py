@@ -145,7 +145,7 @@ def spread(field: str, title: str, fmt: str) -> alt.LayerChart:
     return alt.layer(
         base.mark_errorbar(extent="ci", thickness=2).encode(x=alt.X(f"{field}:Q", title=title, axis=axis)),
         base.mark_point(filled=True, size=60).encode(x=alt.X(f"mean({field}):Q", axis=axis)),
-    ).properties(width=220, height=150)
+    ).properties(width=150, height=150)  # three side by side fit a 1280 px screen
 
 
 METRICS = (
