@@ -95,8 +95,9 @@ def _too_wide(output: dict[str, Any]) -> list[str]:
             import struct
 
             raw = base64.b64decode(text[:64])
-            width = struct.unpack(">I", raw[16:20])[0]
-            if width > FIT_PX * 2:  # the snapshots are rendered at scale 2 and shown at half size
+            shown = output.get("metadata", {}).get("image/png", {}).get("width")  # else its own size
+            width = int(shown or struct.unpack(">I", raw[16:20])[0])
+            if width > FIT_PX:
                 wide.append(f"a PNG {width} px wide")
     for line in "".join(output.get("text", "")).splitlines():
         if len(line) > FIT_CHARS and TABLE_ROW.search(line):
