@@ -141,7 +141,7 @@ print("the other session keeps its configured cap:", format_size(session.payload
 from contextkit.analysis import enable_offline_renderer
 from contextkit.widgets.chart import snapshot_chart
 
-enable_offline_renderer("svg")  # static SVG through vl-convert: no CDN, works on Binder and offline
+enable_offline_renderer("png")  # static images through vl-convert: no CDN; JupyterLab shows PNG in an untrusted notebook (Binder), SVG only once trusted
 snapshot_chart(learner, gateway=gw)
 
 
