@@ -17,7 +17,7 @@ from typing import Any
 import altair as alt
 
 from contextkit.display.html import STAGE_COLOURS
-from contextkit.events import COMPACTION_STAGES, Event
+from contextkit.events import COMPACTION_STAGES, Event, RequestEvent
 from contextkit.widgets._view import EventFeed, FeedView, events_of
 from contextkit.widgets.series import (
     KNOWN_TO_FAIL,
@@ -261,6 +261,10 @@ class LiveChart(FeedView, alt.JupyterChart):  # type: ignore[misc]
 
     def _apply(self, event: Event) -> None:
         changed = self.series.apply(event)
+        if isinstance(event, RequestEvent) and event.outcome == "ok":
+            # the body that just went through is known to pass (the evidence records it right after this
+            # event): drawn now, so the evidence read at the next event asks for no second redraw
+            self.series.known_to_pass = max(self.series.known_to_pass or 0, event.bytes) or None
         # the evidence changes after the request event (when the flow has judged the outcome), so it
         # is read again on every event
         if (self._learn() or changed) and not self._feed.replaying:
