@@ -23,15 +23,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers.browser import ARTIFACTS, _free_port, _launch, _serve, _server_env
 from playwright.sync_api import sync_playwright
+
+from contextkit.widgets.labels import stat_label
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_widgets_browser import ARTIFACTS, _free_port, _launch, _serve, _server_env  # noqa: E402
-
-from contextkit.widgets.labels import stat_label  # noqa: E402
 
 NOTEBOOKS = ("01_tour", "02_recovery_ladder", "04_gateway_caps", "05_per_level_outcomes")
 SIZES = ((1440, 900), (1280, 800))
