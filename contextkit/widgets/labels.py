@@ -100,6 +100,22 @@ STATS: dict[str, tuple[str, str]] = {
         "Requests that did not start like the request before (e.g. after a compaction), so the provider "
         "could not reuse its cached prompt.",
     ),
+    "provider_edits": (
+        "context edits the provider made",
+        "Times the provider itself cleared old context on its side (Session(context_engine='provider')).",
+    ),
+    "provider_cleared_results": (
+        "tool results the provider cleared",
+        "Tool results those provider-side edits replaced; the session's own history still holds them.",
+    ),
+    "provider_cleared_tokens": (
+        "input tokens the provider's edits freed",
+        "Input tokens the provider reported its own context edits saved.",
+    ),
+    "expected_cache_rebuilds": (
+        "prompt cache rebuilds after a provider edit",
+        "Cache writes that followed a provider-side edit: a rebuild the edit caused, not a cache break.",
+    ),
     "cached_share": (
         "share of input read from the cache",
         "Cached input tokens divided by all input tokens billed: the higher, the cheaper and faster.",
