@@ -119,11 +119,18 @@ print("tools offered to the model:", [t["function"]["name"] for t in session.too
 #
 # Every state change of a session is an event; the dashboard is a set of thin views subscribed to
 # the event log. Keep it visible while the next cells run: it updates by itself (no refresh).
+#
+# Its chart draws **what the session knows about the gateway**: the largest body that went through
+# (*known to pass*, green), the smallest body refused for its size (*known to fail*, red, once
+# something is refused) and the *send limit* it keeps every request under, learned from the
+# refusals. The real cap is somewhere between green and red; the session never sees it. Because this gateway
+# is the simulator, the dashboard is given it (`gateway=gw`) and draws its real cap too, dotted:
+# the truth, for the class, not for the session. `projector=True` makes every text larger.
 
 # %%
 from contextkit.widgets import Dashboard
 
-dashboard = Dashboard(session)
+dashboard = Dashboard(session, gateway=None if PROVIDER else gw)
 dashboard
 
 # %% [markdown]
@@ -164,6 +171,10 @@ for i, (tool, args) in enumerate(plan, 1):
 #    paste alone is bigger than that cap, so it is archived whole and the model gets its first and
 #    last lines with a notice saying how to page through the rest with `recall`;
 # 4. a one-time notice asks the model to keep requests small from now on.
+#
+# On the chart the red *known to fail* line appears at the refused size. The learned cap (the send
+# limit) is ¾ of it: it can sit above the real cap, because one refusal only says the real cap is
+# below the refused size. What the session knows is the interval between the green and the red line.
 
 # %%
 log = workspace.tail_log(2_600).content
@@ -176,9 +187,17 @@ for attempt in reply.attempts:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("payload cap now:", format_size(session.payload_cap), f"({session.cap_source})")
-print("recoveries by level:", session.stats.recoveries_by_level)
-print("failures by kind:", session.stats.failures_by_kind)
+from contextkit.widgets.series import evidence_of, real_cap_of
+
+known_to_pass, known_to_fail = evidence_of(session)
+print(f"known to pass {format_size(known_to_pass)}, send limit {format_size(session.payload_cap)} "
+      f"({session.cap_source}), known to fail {format_size(known_to_fail)}")
+if real_cap_of(gw):
+    print(f"the truth the session cannot see: the simulator's real cap is {format_size(real_cap_of(gw))}")
+from contextkit.widgets.labels import stat_value
+
+print("recovery steps:", stat_value("recoveries_by_level", session.stats.recoveries_by_level))
+print("refusals:", stat_value("failures_by_kind", session.stats.failures_by_kind))
 
 # %% [markdown]
 # ## Nothing was lost
@@ -216,10 +235,18 @@ again = Session.load(path, archive=session.archive, status=None, **kwargs)
 print("resumed:", again)
 
 # %%
-print(json.dumps(session.stats.to_dict(), indent=1))
+stats = session.stats
+refused, steps = sum(stats.failures_by_kind.values()), sum(stats.recoveries_by_level.values())
+print(
+    f"The session sent {stats.requests} requests and the gateway refused {refused}; the session compacted "
+    f"its history {stats.compactions} time{'' if stats.compactions == 1 else 's'}, took {steps} recovery "
+    f"step{'' if steps == 1 else 's'} and kept {len(session.archive)} removed pieces "
+    f"({format_size(session.archive.total_bytes)}) in its archive, where recall finds them."
+)
 gw.stop()
 
 # %% [markdown]
 # **Where next:** notebook 2 climbs the recovery ladder one rung at a time, 3 looks at microcompact
 # and recall, 4 at gateway caps, 5 measures what each recovery level and compaction stage costs and
-# saves, and 6 shows how to assemble prompts so the provider's prompt cache survives.
+# saves, 6 shows how to assemble prompts so the provider's prompt cache survives, 7 runs the same
+# session against real servers (nginx in front of llama.cpp), and 8 brings an agent you did not write.

@@ -22,9 +22,9 @@
 #
 # | level | what it does | what it costs |
 # |---|---|---|
-# | 1 | repair tool-call pairing, halve the tool-result budgets for this recovery episode, cap long assistant messages | a little detail from big tool outputs |
-# | 2 | emergency truncation: keep the system prompt and the last 10 messages | older turns (archived, recallable) |
-# | 3 | nuclear truncation: keep the last 4 messages, each capped at 4,000 chars | almost everything (archived, recallable) |
+# | 1 | **halve the tool-result budgets** for this recovery episode; also repair tool-call pairing and cap long assistant messages | a little detail from big tool outputs |
+# | 2 | **emergency truncation**: keep the system prompt and the last 10 messages | older turns (archived, recallable) |
+# | 3 | **nuclear truncation**: keep the last 4 messages, each capped at 4,000 chars | almost everything (archived, recallable) |
 #
 # Each rung is tried only if the one before did not get the request through: **compress only under
 # pressure**, and no more than needed. Two things no rung removes: the newest user message (the
@@ -254,3 +254,8 @@ try:
 except AuthenticationFailed as err:
     print("AuthenticationFailed:", err)
 gw.stop()
+
+# %% [markdown]
+# **What to remember:** only failures about size climb the ladder, one level at a time, and every level
+# archives what it removes; a wrong key or any other failure leaves the history as it was. Next,
+# notebook 3 shows how old tool output is aged and read back with `recall`.

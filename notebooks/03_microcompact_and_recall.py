@@ -256,3 +256,8 @@ except RecallValidationError as err:
 browser.close()
 dashboard.close()
 gw.stop()
+
+# %% [markdown]
+# **What to remember:** old tool output is rewritten only under pressure, every original stays in the
+# archive under its marker, and the model (or you) reads it back with `recall`. Next, notebook 4
+# looks at the gateway's body cap.

@@ -130,6 +130,20 @@ for e in learner.events.of_type(CapEvent):
 print("this session:", format_size(learner.payload_cap), learner.cap_source)
 print("the other session keeps its configured cap:", format_size(session.payload_cap), session.cap_source)
 
+# %% [markdown]
+# **What the session knows is an interval.** The chart below draws it: the largest body the gateway
+# accepted (*known to pass*, green), the smallest it refused for its size (*known to fail*, red) and
+# the *send limit*, the cap the session keeps every request under (¾ of a refused size). The real cap
+# lies somewhere between green and red; the dotted line is the simulator's real cap, the truth the session
+# cannot see (drawn only because the chart is given the simulator with `gateway=gw`).
+
+# %%
+from contextkit.analysis import enable_offline_renderer
+from contextkit.widgets.chart import snapshot_chart
+
+enable_offline_renderer("png")  # static images through vl-convert: no CDN; JupyterLab shows PNG in an untrusted notebook (Binder), SVG only once trusted
+snapshot_chart(learner, gateway=gw)
+
 
 # %% [markdown]
 # ## A stray page teaches nothing *(simulator only)*
@@ -207,3 +221,9 @@ for s in (session, learner, heavy):
     codes = [e.code for e in s.events.of_type(NoticeEvent)]
     print(f"{s.session_id:<10}", ", ".join(dict.fromkeys(codes)))
 gw.stop()
+
+# %% [markdown]
+# **What to remember:** what a session knows about a gateway's cap is an interval, from the largest
+# body it accepted to the smallest it refused, and it keeps every request under a send limit learned
+# from the refusals; a stray page teaches nothing, and a floor that cannot fit fails at once with the
+# real sizes. Next, notebook 5 measures what each recovery level and compaction stage costs.

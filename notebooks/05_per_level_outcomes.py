@@ -27,7 +27,7 @@
 # **needles** — a port, a build hash, a constant on a line of a file, an error code — in tool
 # outputs and asks for them later; the simulator's model answers only from what the request carries
 # (recalling archived content when it can). Then every event becomes **polars** frames and
-# **altair** charts (rendered offline as SVG).
+# **altair** charts (rendered offline as PNG images).
 #
 # > **Simulator or real model.** Every cell runs against the bundled gateway simulator unless the
 # > environment variable `CONTEXTKIT_NOTEBOOK_MODEL` names a litellm model *and* `OPENAI_API_KEY` or
@@ -72,7 +72,7 @@ from contextkit.experiments.arena import STANDARD_CELL, cells, format_arena, gri
 from contextkit.experiments.peers import peer_status
 from contextkit.experiments.runner import PRICE_AS, run_specs
 
-enable_offline_renderer("svg")  # static SVG through vl-convert: no CDN, works on Binder and offline
+enable_offline_renderer("png")  # static images through vl-convert: no CDN; JupyterLab shows PNG in an untrusted notebook (Binder), SVG only once trusted
 _ = pl.Config.set_tbl_cols(14), pl.Config.set_tbl_width_chars(160)
 
 # %% [markdown]
@@ -145,7 +145,7 @@ def spread(field: str, title: str, fmt: str) -> alt.LayerChart:
     return alt.layer(
         base.mark_errorbar(extent="ci", thickness=2).encode(x=alt.X(f"{field}:Q", title=title, axis=axis)),
         base.mark_point(filled=True, size=60).encode(x=alt.X(f"mean({field}):Q", axis=axis)),
-    ).properties(width=220, height=150)
+    ).properties(width=150, height=150)  # three side by side fit a 1280 px screen
 
 
 METRICS = (

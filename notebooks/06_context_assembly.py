@@ -259,3 +259,8 @@ print(after)
 print("dropped messages behind summaries/notices:", after.dropped_messages)
 print("archive keys the model can recall:", len(after.archive_keys))
 gw.stop()
+
+# %% [markdown]
+# **What to remember:** stable blocks first and volatile ones last keep the provider's prompt cache
+# warm, and the trace of each call shows what the model really received. Next, notebook 7 runs a
+# session against real servers.

@@ -208,3 +208,9 @@ if model_server:
     model_server.stop()
 sim.stop()
 print("stopped")
+
+# %% [markdown]
+# **What to remember:** against real servers the session reads nginx's own pages and dropped
+# connections the way it reads the simulator's, and a weak model's summaries keep their paths and
+# numbers through the identifier ledger. This is the last notebook; the documentation in `docs/`
+# goes further.

@@ -145,3 +145,8 @@ print("learned cap:", contextkit.format_size(middleware.session.payload_cap))
 # %%
 proxy.stop()
 gw.stop()
+
+# %% [markdown]
+# **What to remember:** an agent you did not write gets the same protection through the proxy or the
+# middleware: the gateway's refusals teach the session its limit, and every document it removed stays
+# recoverable from the archive.

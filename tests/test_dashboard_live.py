@@ -69,7 +69,8 @@ def test_series_and_chart_marks_follow_the_events() -> None:
         series.apply(event)
         counts.append(series.counts()["requests"])
     assert counts == [0, 1, 1, 2, 2, 2, 2, 2, 2, 3, 3, 4] and series.counts() == {
-        "requests": 4, "rejections": 1, "recoveries": 1, "compactions": 2, "cache_breaks": 1,
+        "requests": 4, "rejections": 1, "recoveries": 1, "compactions": 2, "major_compactions": 1, "routine": 1,
+        "cache_breaks": 1,
     }  # fmt: skip
     rejected, retried = series.requests[1], series.requests[2]
     assert (
@@ -90,7 +91,8 @@ def test_series_and_chart_marks_follow_the_events() -> None:
     assert "cdn.jsdelivr" not in svg
     assert _marks(svg, "requests") == 4 and _marks(svg, "tokens") == 4
     assert _marks(svg, "rejections") == 1 and _marks(svg, "recoveries") == 1
-    assert _marks(svg, "compactions") == 2 and _marks(svg, "cache_breaks") == 1
+    assert _marks(svg, "compactions") == 1 and _marks(svg, "routine") == 1  # the microcompact is a routine trim
+    assert _marks(svg, "cache_breaks") == 1
 
 
 def test_an_empty_chart_still_draws_every_layer_and_a_metric_that_can_fail() -> None:
@@ -123,7 +125,7 @@ def test_live_chart_redraws_on_events_and_stops_after_close() -> None:
     assert chart.series.counts()["requests"] == 4 and chart.redraws == 1 + 4  # one per request, compaction or recovery
     drawn = chart.chart.to_dict()
     layers = {layer.get("name", "").rsplit("_", 1)[0]: layer for layer in drawn["vconcat"][0]["layer"]}
-    assert {"requests", "rejections", "recoveries", "compactions", "cache_breaks", "cap"} <= set(layers)
+    assert {"requests", "rejections", "recoveries", "compactions", "routine", "cache_breaks", "limits"} <= set(layers)
     chart.close()
     log.append(RequestEvent(bytes=1))
     assert chart.series.counts()["requests"] == 4 and chart.last_error is None
@@ -171,7 +173,7 @@ def test_every_counter_has_a_plain_label_and_an_explanation() -> None:
         stat_value("failures_by_kind", {"payload_too_large": 2})
         == "2 × the gateway refused the body as too large (413)"
     )
-    assert stat_value("recoveries_by_level", {"2": 1, "1": 3}) == "3 × level 1, 1 × level 2"
+    assert stat_value("recoveries_by_level", {"2": 1, "1": 3}) == "4 steps (3 × level 1, 1 × level 2)"
     assert stat_value("cost", 0.5) == "$0.5000" and stat_value("bytes_sent", 2048) == "2.0 KB"
 
 

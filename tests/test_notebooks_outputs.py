@@ -73,3 +73,46 @@ def test_the_tour_shows_the_dashboard_as_a_static_snapshot() -> None:
 def test_scrub_removes_what_differs_between_runs() -> None:
     text = f"saved /tmp/tmpab12cd/tour.json at http://127.0.0.1:40123/v1 (0x7f3a2b1c4d50) in {ROOT}/notebooks"
     assert ex.scrub(text) == "saved <tmp>/tour.json at http://127.0.0.1:PORT/v1 (0x…) in ./notebooks"
+
+
+# What fits a 1280 px screen beside JupyterLab's prompts and margins: images up to 1000 px wide, table
+# rows up to 130 characters of its 13 px monospace font (prose lines wrap, a table row that wraps is
+# unreadable).
+FIT_PX, FIT_CHARS = 1000, 130
+TABLE_ROW = re.compile(r"\S {2,}\S.*\S {2,}\S")  # columns aligned with runs of spaces
+
+
+def _too_wide(output: dict[str, Any]) -> list[str]:
+    wide = []
+    for mime, value in output.get("data", {}).items():
+        text = "".join(value) if isinstance(value, list) else str(value)
+        if mime == "image/svg+xml":
+            found = re.search(r'<svg[^>]*\swidth="([\d.]+)', text)
+            if found and float(found.group(1)) > FIT_PX:
+                wide.append(f"an SVG {found.group(1)} px wide")
+        elif mime == "image/png":
+            import base64
+            import struct
+
+            raw = base64.b64decode(text[:64])
+            shown = output.get("metadata", {}).get("image/png", {}).get("width")  # else its own size
+            width = int(shown or struct.unpack(">I", raw[16:20])[0])
+            if width > FIT_PX:
+                wide.append(f"a PNG {width} px wide")
+    for line in "".join(output.get("text", "")).splitlines():
+        if len(line) > FIT_CHARS and TABLE_ROW.search(line):
+            wide.append(f"a {len(line)}-character line: {line[:80]}…")
+    return wide
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_chart_and_table_fits_a_1280_px_screen(path: Path) -> None:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    wide = [f"cell {i}: {w}" for i, c in enumerate(nb["cells"]) for o in c.get("outputs", []) for w in _too_wide(o)]
+    assert wide == [], f"{path.name}: " + "; ".join(wide)
+
+
+def test_the_width_check_can_fail() -> None:
+    svg = {"data": {"image/svg+xml": '<svg class="marks" width="1082" height="400">'}}
+    assert _too_wide(svg) == ["an SVG 1082 px wide"] and _too_wide({"text": "a  b  c " * 20})
+    assert not _too_wide({"text": "a long sentence " * 20})  # prose wraps

@@ -8,6 +8,9 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -48,7 +51,7 @@ def test_the_readme_shows_the_picture_the_notebooks_binder_and_the_docs() -> Non
     binder = [line for line in text.splitlines() if "mybinder.org/v2/gh/" in line]
     assert binder, "the Binder badge is gone"
     if any("OWNER" in line for line in binder):  # until the hosting account is filled in, say what to set
-        assert "replace `OWNER`" in text
+        assert "set `Repository` under `[project.urls]` in pyproject.toml" in text
     assert "](docs/index.md)" in text and "](docs/benchmarks.md)" in text and "](ARCHITECTURE.md)" in text
 
 
@@ -88,3 +91,40 @@ def test_the_readme_quickstart_runs_as_pasted(tmp_path: Path) -> None:
     assert re.search(r"^\[contextkit\] .*cap", run.stderr, re.M), run.stderr[-3000:]
     noise = [line for line in run.stderr.splitlines() if line.strip() and not line.startswith("[contextkit] ")]
     assert not noise, "\n".join(noise[:20])
+
+
+def _set_repository() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("set_repository", ROOT / "scripts" / "set_repository.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_binder_links_are_made_from_the_one_repository_address() -> None:
+    tool = _set_repository()
+    address = tool.repository(ROOT)
+    block = re.search(r"<!-- binder-links -->\n(.*?)\n<!-- /binder-links -->", readme(), re.S)
+    assert block and block.group(1) == tool.binder_links(address), "run: python scripts/set_repository.py"
+    # the placeholder lives only in pyproject.toml's [project.urls] and the README's links made from it
+    shipped = [p for pattern in ("docs/**/*.md", "binder/*", "mkdocs.yml", "notebooks/*.py", "contextkit/**/*.py")
+               for p in ROOT.glob(pattern) if p.is_file()]  # fmt: skip
+    assert shipped and not [p for p in shipped if "github.com/OWNER" in p.read_text(encoding="utf-8")]
+
+
+def test_once_the_address_is_set_no_placeholder_remains(tmp_path: Path) -> None:
+    tool = _set_repository()
+    for name in ("README.md", "pyproject.toml"):
+        (tmp_path / name).write_text((ROOT / name).read_text(encoding="utf-8"), encoding="utf-8")
+    assert "OWNER" in (tmp_path / "README.md").read_text(encoding="utf-8")  # the check below can fail
+    tool.apply(tmp_path, "https://github.com/acme/contextkit")
+    for name in ("README.md", "pyproject.toml"):
+        text = (tmp_path / name).read_text(encoding="utf-8")
+        assert "OWNER" not in text and "acme/contextkit" in text, name
+    text = (tmp_path / "README.md").read_text(encoding="utf-8")
+    assert "mybinder.org/v2/gh/acme/contextkit/HEAD?labpath=notebooks%2F01_tour.ipynb" in text
+    assert "to publish, set" not in text
+    with pytest.raises(SystemExit, match=re.escape("https://github.com/OWNER/NAME")):
+        tool.apply(tmp_path, "acme/contextkit")

@@ -141,3 +141,11 @@ def test_trace_session_is_read_only_and_matches_what_would_be_sent() -> None:
     assert trace.mechanisms.get("budget-capped") == 2  # two 150-line reads over the 3,000-char cap
     assert trace.tools == ()  # a plain chat is offered `recall` only once something is archived (tools lead the cached prefix)
     assert trace.bytes < session.measure().bytes
+
+
+def test_a_piece_with_many_markers_stays_one_readable_row() -> None:
+    from contextkit.prompt.trace import _markers
+
+    keys = tuple(f"{i:016x}" for i in range(12))
+    assert _markers(keys) == f"markers {keys[0]} {keys[1]} +10 more" and _markers(keys[:1]) == f"markers {keys[0]}"
+    assert _markers(()) == ""

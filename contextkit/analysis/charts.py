@@ -15,6 +15,7 @@ import altair as alt
 import polars as pl
 
 from contextkit.analysis.frames import Frames
+from contextkit.display.html import STAGE_COLOURS
 from contextkit.events import COMPACTION_STAGES
 
 __all__ = [
@@ -27,6 +28,8 @@ __all__ = [
     "retention_chart",
 ]
 
+# panels per row of a faceted chart: three of about 200 px fit a 1280 px screen beside the notebook's margins
+FACET_COLUMNS = 3
 # phases that report a whole compaction rather than one stage's work
 _AGGREGATE_PHASES = ("start", "done")
 
@@ -164,6 +167,9 @@ def outcomes_chart(table: Frames | pl.DataFrame) -> alt.FacetChart:
         .drop_nulls("value")
         .with_columns(pl.col("metric").replace_strict(_OUTCOME_METRICS, return_dtype=pl.String))
     )
+    # a metric that is zero everywhere (the cost of a session nobody priced) would be an empty panel
+    shown = [m for m in _OUTCOME_METRICS.values() if long.filter((pl.col("metric") == m) & (pl.col("value") != 0)).height]
+    long = long.filter(pl.col("metric").is_in(shown))
     base = alt.Chart(_data(long)).mark_bar()
     return (
         base.encode(
@@ -172,8 +178,8 @@ def outcomes_chart(table: Frames | pl.DataFrame) -> alt.FacetChart:
             color=alt.Color("source:N", title="source"),
             tooltip=[alt.Tooltip("label:N"), alt.Tooltip("metric:N"), alt.Tooltip("value:Q", format=",.4g")],
         )
-        .properties(width=160, height=140)
-        .facet(facet=alt.Facet("metric:N", title=None, sort=list(_OUTCOME_METRICS.values())), columns=5)
+        .properties(width=150, height=140)
+        .facet(facet=alt.Facet("metric:N", title=None, sort=shown), columns=FACET_COLUMNS)
         .resolve_scale(y="independent")
         .properties(title="Recovery levels and compaction stages: outcomes")
     )
@@ -231,7 +237,8 @@ def history_vs_cap_data(frames: Frames) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def history_vs_cap_chart(frames: Frames) -> alt.LayerChart:
     """Request bytes per attempt (line), the payload cap in force (dashed step line), rejected
-    attempts (red crosses) and applied compactions (vertical rules, colored by phase)."""
+    attempts (red crosses) and applied compactions (vertical rules, coloured by compaction stage
+    with the dashboard's colours; the phase is in the tooltip)."""
     points, marks = history_vs_cap_data(frames)
     x = alt.X("request_index:Q", title="request")
     line = (
@@ -265,8 +272,12 @@ def history_vs_cap_chart(frames: Frames) -> alt.LayerChart:
             .mark_rule(strokeWidth=2, opacity=0.6)
             .encode(
                 x=x,
-                color=alt.Color("phase:N", title="compaction phase"),
-                tooltip=["phase:N", "stage:N", "trigger:N", "freed_bytes:Q"],
+                color=alt.Color(
+                    "stage:N",
+                    title="compaction stage",
+                    scale=alt.Scale(domain=list(COMPACTION_STAGES), range=[STAGE_COLOURS[s] for s in COMPACTION_STAGES]),
+                ),
+                tooltip=["stage:N", "phase:N", "trigger:N", "freed_bytes:Q"],
             )
         )
     return alt.LayerChart(layer=layers, width=520, height=260, title="Request size vs payload cap")

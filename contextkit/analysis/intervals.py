@@ -20,7 +20,7 @@ import math
 import altair as alt
 import polars as pl
 
-from contextkit.analysis.charts import _rows_in_order, outcomes
+from contextkit.analysis.charts import FACET_COLUMNS, _rows_in_order, outcomes
 from contextkit.analysis.frames import Frames
 
 __all__ = ["INTERVALS_SCHEMA", "outcome_intervals_chart", "outcomes_across_sessions", "per_session_outcomes"]
@@ -130,7 +130,9 @@ def outcome_intervals_chart(table: Frames | pl.DataFrame) -> alt.FacetChart:
     missing = [c for c in INTERVALS_SCHEMA.names() if c not in df.columns]
     if missing:
         raise ValueError(f"outcome_intervals_chart needs columns {missing}; pass outcomes_across_sessions() output")
-    data = alt.InlineData(values=df.drop_nans().to_dicts())
+    # a metric that is zero everywhere (the cost of a session nobody priced) would be an empty panel
+    shown = [m for m in METRICS.values() if df.filter((pl.col("metric") == m) & (pl.col("high") != 0)).height]
+    data = alt.InlineData(values=df.drop_nans().filter(pl.col("metric").is_in(shown)).to_dicts())
     x = alt.X("label:N", title=None, sort=None)
     tooltip = [
         alt.Tooltip("label:N", title="level or stage"),
@@ -149,8 +151,8 @@ def outcome_intervals_chart(table: Frames | pl.DataFrame) -> alt.FacetChart:
     n_sessions = max(df["sessions"].to_list(), default=0)
     return (
         alt.layer(bars, points, data=data)
-        .properties(width=170, height=150)
-        .facet(facet=alt.Facet("metric:N", title=None, sort=list(METRICS.values())), columns=5)
+        .properties(width=150, height=150)
+        .facet(facet=alt.Facet("metric:N", title=None, sort=shown), columns=FACET_COLUMNS)
         .resolve_scale(y="independent")
         .properties(
             title=f"Recovery levels and compaction stages over up to {n_sessions} sessions: mean and 95% interval"

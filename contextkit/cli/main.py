@@ -17,7 +17,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="contextkit", description="Context engineering toolkit.")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a scripted agent behind a 128 KB gateway against the simulator")
-    demo.add_argument("--out", default="contextkit-demo", help="folder for the archive and the event log")
+    demo.add_argument(
+        "--out", default=None, help="folder for the archive, the saved session and the event log (default: a new temporary folder)"
+    )
     demo.add_argument("--steps", type=int, default=30, help="agent steps (tool calls)")
     sub.add_parser("sim", help="serve the gateway simulator (see contextkit sim --help)", add_help=False)
     sub.add_parser("experiment", help="run a named strategy sweep (see contextkit experiment --help)", add_help=False)

@@ -19,6 +19,9 @@ from contextkit.sizing import format_size
 AMBER_AT = 0.70  # the gauge turns amber at 70% of the cap or window
 RED_AT = 0.85  # and red at the default pre-flight ratio, where compaction is due
 COLOURS = {"green": "#2e7d32", "amber": "#f9a825", "red": "#c62828", "none": "#9e9e9e"}
+# One colour per compaction stage, shared by every chart that draws compactions (the dashboard's and
+# the analysis charts), so a stage looks the same wherever it appears.
+STAGE_COLOURS = {"trim": "#90a4ae", "summary": "#00897b", "truncation": "#d84315"}
 _CELL = "padding:2px 8px;border-bottom:1px solid #ddd;text-align:left;vertical-align:top;overflow-wrap:break-word"
 
 

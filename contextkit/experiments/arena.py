@@ -11,6 +11,7 @@ standard cell (128 KB Cloudflare-style gateway, 32k window) gets the most seeds;
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -157,6 +158,9 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.0%}"
 
 
+VERDICT_WIDTH = 110
+
+
 def format_arena(summary: pl.DataFrame, *, standard_first: bool = True) -> str:
     """The benchmark's text table: one block per cell, one line per strategy, then the verdict."""
     import polars as pl
@@ -190,7 +194,8 @@ def format_arena(summary: pl.DataFrame, *, standard_first: bool = True) -> str:
         text = [f"== {cell}: {cap}, {first['context_window']:,}-token window", fmt.format(*headers)]
         for row in lines:
             text.append(fmt.format(*row) if len(row) == len(headers) else f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]}")
-        text.append(f"verdict: {said.get(cell, 'no strategy ran')}")
+        # wrapped so the table and its verdict fit a 1280 px notebook or a projected slide
+        text.append(textwrap.fill(f"verdict: {said.get(cell, 'no strategy ran')}", width=VERDICT_WIDTH, subsequent_indent="  "))
         blocks.append("\n".join(text))
     return "\n\n".join(blocks)
 

@@ -148,7 +148,7 @@ class RequestTrace:
                 x
                 for x in (
                     p.mechanism or "",
-                    f"markers {' '.join(p.markers)}" if p.markers else "",
+                    _markers(p.markers),
                     f"{p.dropped_messages} msgs dropped" if p.dropped_messages else "",
                     "+".join(p.blocks),
                 )
@@ -280,3 +280,12 @@ def trace_session(session: Any, *, include_content: bool = False) -> RequestTrac
     return trace_request(
         outgoing, tools=session.tool_schemas or None, model=session.model, include_content=include_content
     )
+
+
+def _markers(keys: tuple[str, ...], shown: int = 2) -> str:
+    """The archive keys of a piece, the first few by name: a summary may carry dozens, and the row
+    must stay one readable line (``trace.archive_keys`` lists them all)."""
+    if not keys:
+        return ""
+    more = f" +{len(keys) - shown} more" if len(keys) > shown else ""
+    return f"markers {' '.join(keys[:shown])}{more}"

@@ -87,13 +87,26 @@ class StatsTable(FeedView, W.VBox):
         self.table.value = stats_html(data)
 
 
-class Dashboard(W.VBox):
-    """Header, live chart, what happened, numbers, archive and status log; all live."""
+PROJECTOR_CSS = (
+    "<style>.ck-projector,.ck-projector div,.ck-projector span,.ck-projector td,.ck-projector th,"
+    ".ck-projector summary,.ck-projector .ck-episode{font-size:17px !important;line-height:1.45}"
+    ".ck-projector .ck-dashboard-title{font-size:20px !important}</style>"
+)
 
-    def __init__(self, session: Any, **kwargs: Any) -> None:
+
+class Dashboard(W.VBox):
+    """Header, live chart, what happened, numbers, archive and status log; all live.
+
+    ``gateway``: the ``GatewaySimulator`` the session talks to, if it is one: its real cap is drawn
+    and named as the truth the session cannot see. ``projector=True``: larger text in every panel
+    and the chart, for a projected screen.
+    """
+
+    def __init__(self, session: Any, *, gateway: Any = None, projector: bool = False, **kwargs: Any) -> None:
         events_of(session, panel="Dashboard")
-        self.gauge = HistoryGauge(session)
-        self.chart = LiveChart(session)
+        self.projector = projector
+        self.gauge = HistoryGauge(session, gateway=gateway)
+        self.chart = LiveChart(session, gateway=gateway, projector=projector)
         self.stats = StatsTable(session)
         self.timeline = PhaseTimeline(session)
         self.browser = ArchiveBrowser(session)
@@ -102,7 +115,7 @@ class Dashboard(W.VBox):
             f"<div class='ck-dashboard-title' style='font-size:14px'><b>contextkit</b> · "
             f"{esc(getattr(session, 'model', ''))} · session {esc(getattr(session, 'session_id', ''))}</div>"
         )
-        self.title = W.HTML(title)
+        self.title = W.HTML((PROJECTOR_CSS if projector else "") + title)
         sections = [
             self.title,
             self.gauge,
@@ -114,6 +127,8 @@ class Dashboard(W.VBox):
         ]
         super().__init__(children=sections, **kwargs)
         self.add_class("ck-dashboard")
+        if projector:
+            self.add_class("ck-projector")
         self.layout.border = "1px solid #cfd8dc"
         self.layout.padding = "8px"
         # The notebook status handler (and a NotebookStatus passed as status=) stays quiet for this

@@ -23,6 +23,7 @@ from contextkit.display.html import AMBER_AT, COLOURS, RED_AT, bar_html, esc, pr
 from contextkit.events import CapEvent, Event, HistoryEvent, NoticeEvent, ProviderEditEvent, RequestEvent, StreamEvent
 from contextkit.sizing import format_size
 from contextkit.widgets._view import EventFeed, FeedView, call_quietly, events_of
+from contextkit.widgets.series import evidence_of, real_cap_of
 
 BYTES_HELP = (
     "Size of the next request body in bytes: what proxies and gateways limit. The dashed line is the "
@@ -36,6 +37,11 @@ CACHE_HELP = (
     "e.g. after a compaction."
 )
 CAP_HELP = "The largest request body the gateway accepts, as far as this session knows."
+KNOWN_HELP = (
+    "What the session knows about the gateway's body limit: the largest body it accepted (known to pass), "
+    "the smallest it refused for its size (known to fail), and the send limit the session keeps every "
+    "request under (learned from the refusals). The real limit is somewhere between the first two."
+)
 STREAM_STEP = 8  # tokens between two redraws of the streaming count
 
 
@@ -64,9 +70,14 @@ class HistoryGauge(FeedView, W.VBox):
     cache_breaks = T.Int(0, help="requests whose previous request body was not a prefix")
     provider_cleared_results = T.Int(0, help="tool results the provider cleared server-side (context_engine='provider')")
     provider_cleared_tokens = T.Int(0, help="input tokens those server-side edits freed")
+    known_to_pass = T.Int(None, allow_none=True, help="bytes of the largest body the gateway accepted")
+    known_to_fail = T.Int(None, allow_none=True, help="bytes of the smallest body it refused for its size")
+    real_cap = T.Int(None, allow_none=True, help="the simulator's real cap, when the gateway is one")
 
-    def __init__(self, session: Any, **kwargs: Any) -> None:
+    def __init__(self, session: Any, *, gateway: Any = None, **kwargs: Any) -> None:
         events = events_of(session, panel="HistoryGauge")
+        self._session = session
+        self._gateway = gateway
         limits = getattr(session, "limits", None)
         self.red_at = float(getattr(limits, "preflight_ratio", RED_AT) or RED_AT)
         self.bytes_bar = W.HTML(layout=W.Layout(flex="1 1 300px", margin="0 16px 0 0"))
@@ -83,6 +94,7 @@ class HistoryGauge(FeedView, W.VBox):
         self._feed = EventFeed(events, self._apply)
         with self._feed.lock:
             self._feed.start()
+            self._learn()
             if self._history_seq < 0:  # no HistoryEvent yet (a fresh session): use the snapshot
                 self._use_snapshot(snapshot)
             self._render()
@@ -143,10 +155,18 @@ class HistoryGauge(FeedView, W.VBox):
             elif kind in ("done", "cancelled"):
                 self.streaming = False
                 self.answer_tokens = event.tokens_so_far or self.answer_tokens
-        else:
+        elif not self._learn():  # the evidence changes after the request event, once the flow judged it
             return
+        self._learn()
         if not self._feed.replaying:
             self._render()
+
+    def _learn(self) -> bool:
+        known = (*evidence_of(self._session), real_cap_of(self._gateway))
+        if known == (self.known_to_pass, self.known_to_fail, self.real_cap):
+            return False
+        self.known_to_pass, self.known_to_fail, self.real_cap = known
+        return True
 
     # -- view -------------------------------------------------------------------------------------
     def _render(self) -> None:
@@ -216,6 +236,21 @@ class HistoryGauge(FeedView, W.VBox):
                 f"<b class='ck-answer-tokens'>{self.answer_tokens:,}</b> tokens</span>"
             )
         lines = [" · ".join(parts)]
+        lines.append(
+            f"<span class='ck-known' title='{esc(KNOWN_HELP)}'>what the session knows: "
+            f"<b class='ck-known-pass' style='color:#2e7d32'>known to pass "
+            f"{esc(format_size(self.known_to_pass) if self.known_to_pass else 'nothing yet')}</b> · "
+            f"<b class='ck-send-limit'>send limit {esc(format_size(self.cap_bytes) if self.cap_bytes else 'none yet')}</b>"
+            f" · <b class='ck-known-fail' style='color:#c62828'>known to fail "
+            f"{esc(format_size(self.known_to_fail) if self.known_to_fail else 'nothing refused yet')}</b>"
+            + (
+                f" · <span class='ck-real-cap' style='color:#6a1b9a'>real cap {esc(format_size(self.real_cap))} "
+                "(the simulator's: the truth the session cannot see)</span>"
+                if self.real_cap
+                else ""
+            )
+            + "</span>"
+        )
         if self.cap_source == "learned" or self.cap_detail:
             lines.append(
                 f"<span class='ck-cap' title='{esc(CAP_HELP)}'>cap: {esc(self.cap_detail or self.cap_source)}</span>"

@@ -12,9 +12,15 @@ from typing import Any
 
 # The recovery ladder's levels: what each does to the history after a refusal about size.
 LEVELS: dict[int, str] = {
-    1: "level 1: cap big tool output and long answers",
-    2: "level 2: keep only the recent messages",
-    3: "level 3: keep the last few messages, each capped",
+    1: "level 1: halve the tool-result budgets",
+    2: "level 2: emergency truncation",
+    3: "level 3: nuclear truncation",
+}
+# What each level does, in the words of notebook 02's table (the tooltips add it to the name).
+LEVEL_HELP: dict[int, str] = {
+    1: "for this recovery episode; also repair tool-call pairing and cap long assistant messages",
+    2: "keep the system prompt and the last 10 messages",
+    3: "keep the last 4 messages, each capped at 4,000 chars",
 }
 
 # The compaction pipeline's stages (``CompactionEvent.stage``) -> (label, tooltip).
@@ -33,9 +39,9 @@ STATS: dict[str, tuple[str, str]] = {
         "(e.g. a firewall page, 'payload too large', 'context window exceeded').",
     ),
     "recoveries_by_level": (
-        "recoveries, by level",
+        "recovery steps, by level",
         "After a refusal about size the session shrank the history and tried again, one level at a time: "
-        + "; ".join(LEVELS.values())
+        + "; ".join(f"{LEVELS[n]} ({LEVEL_HELP[n]})" for n in LEVELS)
         + ". Everything cut is archived first.",
     ),
     "compactions": (
@@ -93,6 +99,22 @@ STATS: dict[str, tuple[str, str]] = {
         "times the prompt cache was lost",
         "Requests that did not start like the request before (e.g. after a compaction), so the provider "
         "could not reuse its cached prompt.",
+    ),
+    "provider_edits": (
+        "context edits the provider made",
+        "Times the provider itself cleared old context on its side (Session(context_engine='provider')).",
+    ),
+    "provider_cleared_results": (
+        "tool results the provider cleared",
+        "Tool results those provider-side edits replaced; the session's own history still holds them.",
+    ),
+    "provider_cleared_tokens": (
+        "input tokens the provider's edits freed",
+        "Input tokens the provider reported its own context edits saved.",
+    ),
+    "expected_cache_rebuilds": (
+        "prompt cache rebuilds after a provider edit",
+        "Cache writes that followed a provider-side edit: a rebuild the edit caused, not a cache break.",
     ),
     "cached_share": (
         "share of input read from the cache",
@@ -187,7 +209,9 @@ def stat_value(key: str, value: Any) -> str:
         if key == "failures_by_kind":
             return ", ".join(f"{n} × {failure_label(str(k))}" for k, v in value.items() for n in [v])
         if key == "recoveries_by_level":
-            return ", ".join(f"{v} × level {k}" for k, v in sorted(value.items()))
+            steps = sum(int(v) for v in value.values())
+            each = ", ".join(f"{v} × level {k}" for k, v in sorted(value.items()))
+            return f"{steps} step{'' if steps == 1 else 's'} ({each})"
         return ", ".join(f"{k}: {v}" for k, v in value.items())
     if key.endswith("_share"):
         return "not reported" if value is None else f"{value:.0%}"

@@ -12,6 +12,10 @@ Rows carry a plain-language ``explain`` text used as the tooltip, so the chart i
   and the next.
 - ``cache_breaks``: requests whose body does not start with the previous body (``append_only``
   False): the provider's prompt cache cannot be reused for them.
+- what the session knows about the gateway's body limit: ``known_to_pass`` (the largest body the
+  endpoint accepted), ``known_to_fail`` (the smallest it refused for its size), the send limit (the
+  cap in force, in each request row) and, when the gateway is the simulator, ``real_cap``: the truth
+  the session cannot see. ``limit_rows()`` turns them into the chart's lines.
 """
 
 from __future__ import annotations
@@ -25,6 +29,49 @@ from contextkit.widgets.labels import TRIGGERS, failure_label, level_label, phas
 Row = dict[str, Any]
 _AGGREGATE = ("start", "done")
 
+# The lines of what the session knows about the gateway's body limit (the chart's legend entries).
+KNOWN_TO_PASS = "known to pass: the largest body accepted"
+SEND_LIMIT = "send limit: the cap the session keeps under"
+KNOWN_TO_FAIL = "known to fail: the smallest body refused for its size"
+REAL_CAP = "real cap: the simulator's, which the session cannot see"
+LIMIT_LINES = (KNOWN_TO_PASS, SEND_LIMIT, KNOWN_TO_FAIL, REAL_CAP)
+
+
+def evidence_of(session: Any) -> tuple[int | None, int | None]:
+    """(known to pass, known to fail) in bytes: what the session's turn endpoint has shown it.
+
+    The one place the panels read the session's evidence (``EndpointEvidence.largest_accepted`` and
+    ``smallest_rejected``); None for what is not known yet. Reads only: an endpoint without evidence
+    is not created.
+    """
+    state = getattr(session, "_state", None)
+    endpoints = getattr(getattr(state, "evidence", None), "endpoints", None)
+    evidence = endpoints.get(getattr(state, "model", None)) if isinstance(endpoints, dict) else None
+    if evidence is None:
+        return None, None
+    passed = getattr(evidence, "largest_accepted", 0) or None
+    failed = getattr(evidence, "smallest_rejected", None) or None
+    return passed, failed
+
+
+def real_cap_of(gateway: Any) -> int | None:
+    """The body cap a gateway simulator enforces (None: no simulator, or no cap)."""
+    config = getattr(gateway, "config", None)
+    cap = getattr(config, "max_body", None)
+    return cap if isinstance(cap, int) and cap > 0 else None
+
+
+def knowledge_sentence(passed: int | None, failed: int | None, limit: int | None, real: int | None) -> str:
+    """What the session knows about the gateway's body limit, in one sentence with its figures."""
+    told = "known to pass " + (format_size(passed) if passed else "nothing yet")
+    told += ", known to fail " + (format_size(failed) if failed else "nothing refused yet")
+    told += f", send limit {format_size(limit)}" if limit else ", no send limit yet"
+    truth = f"; the simulator's real cap is {format_size(real)}" if real else ""
+    return (
+        f"The gateway's limit lies somewhere between what is known to pass and what is known to fail, and the "
+        f"session keeps every request under its send limit ({told}{truth})."
+    )
+
 
 class SessionSeries:
     """Chart rows for one session, built from its events in order."""
@@ -35,6 +82,9 @@ class SessionSeries:
         self.recoveries: list[Row] = []
         self.cap: int | None = None
         self.window: int | None = None
+        self.known_to_pass: int | None = None
+        self.known_to_fail: int | None = None
+        self.real_cap: int | None = None
         self._cap_note = ""
 
     # -- derived views -----------------------------------------------------------------------------
@@ -46,14 +96,62 @@ class SessionSeries:
     def cache_breaks(self) -> list[Row]:
         return [r for r in self.requests if r["append_only"] is False]
 
+    @property
+    def routine(self) -> list[Row]:
+        """Trim-stage steps: tool output capped or aged, no model call, nothing of the talk lost."""
+        return [r for r in self.compactions if r["stage"] == "trim"]
+
+    @property
+    def major(self) -> list[Row]:
+        """Summary and truncation steps: the compactions a reader should notice."""
+        return [r for r in self.compactions if r["stage"] != "trim"]
+
     def counts(self) -> dict[str, int]:
         return {
             "requests": len(self.requests),
             "rejections": len(self.rejections),
             "recoveries": len(self.recoveries),
             "compactions": len(self.compactions),
+            "major_compactions": len(self.major),
+            "routine": len(self.routine),
             "cache_breaks": len(self.cache_breaks),
         }
+
+    def know(self, passed: int | None, failed: int | None, real: int | None = None) -> bool:
+        """Take what the session knows now (``evidence_of``) and the simulator's cap; True when it changed."""
+        new = (passed or None, failed or None, real or None)
+        if new == (self.known_to_pass, self.known_to_fail, self.real_cap):
+            return False
+        self.known_to_pass, self.known_to_fail, self.real_cap = new
+        return True
+
+    @property
+    def send_limit(self) -> int | None:
+        """The cap in force now (the send limit the last request went under, or the newest one known)."""
+        return self.cap
+
+    def limit_rows(self) -> list[Row]:
+        """Long rows (``x, line, kb, bytes``) for the chart's lines: known to pass, the send limit (a
+        step per request), known to fail and the real cap, each only once it is known."""
+        right = max(len(self.requests), 1) + 0.5
+        rows: list[Row] = []
+
+        def flat(line: str, value: int | None) -> None:
+            if value:
+                rows.extend({"x": x, "line": line, "kb": value / 1024, "bytes": value} for x in (0.5, right))
+
+        flat(KNOWN_TO_PASS, self.known_to_pass)
+        steps = [(r["n"] - 0.5, r["cap_kb"]) for r in self.requests if r["cap_kb"] is not None]
+        if not self.requests and self.cap:
+            steps = [(0.5, self.cap / 1024)]
+        if steps:
+            steps.append((right, steps[-1][1]))
+            rows.extend({"x": x, "line": SEND_LIMIT, "kb": kb, "bytes": int(kb * 1024)} for x, kb in steps)
+        flat(KNOWN_TO_FAIL, self.known_to_fail)
+        flat(REAL_CAP, self.real_cap)
+        for row in rows:
+            row["explain"] = f"{row['line']}: {format_size(row['bytes'])}"
+        return rows
 
     # -- reducer -----------------------------------------------------------------------------------
     def apply(self, event: Event) -> bool:
@@ -112,11 +210,12 @@ class SessionSeries:
         return False
 
     def _add_compaction(self, phase: str, stage: str, trigger: str, before: int, after: int, status: str) -> None:
-        sizes = f" {format_size(before)} → {format_size(after)}." if before else ""
+        sizes = f" {format_size(before)} → {format_size(after)}." if before and after else ""
         self.compactions.append(
             {
                 "x": len(self.requests) + 0.5,
                 "phase": phase,
+                "trigger": trigger,
                 "phase_name": phase_label(phase),
                 "stage": stage,
                 "explain": f"Compaction {TRIGGERS.get(trigger, trigger)}: {phase_label(phase)}.{sizes} "

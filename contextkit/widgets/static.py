@@ -33,9 +33,13 @@ def dashboard_bundles(dashboard: Any) -> list[Bundle]:
     """The dashboard as it looks now: header (HTML), chart (PNG), what happened and the numbers (HTML)."""
     counts = dashboard.chart.series.counts()
     gauge = dashboard.gauge
+    def n(count: int, word: str) -> str:
+        return f"{count} {word}{'' if count == 1 else 's'}"
+
     summary = (
-        f"contextkit dashboard (snapshot at the end of the run): {counts['requests']} requests, "
-        f"{counts['rejections']} refused, {counts['recoveries']} recovery steps, {counts['compactions']} compaction steps"
+        f"contextkit dashboard (snapshot at the end of the run): {n(counts['requests'], 'request')}, "
+        f"{counts['rejections']} refused, {n(counts['recoveries'], 'recovery step')}, "
+        f"{n(counts['compactions'], 'compaction step')}"
     )
     header = "".join(
         [

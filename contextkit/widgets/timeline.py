@@ -38,9 +38,35 @@ _DOT = "<span style='display:inline-block;width:9px;height:9px;border-radius:50%
 
 
 def _sizes(before: int, after: int, running: bool) -> str:
-    if running or not after:
+    if running:
         return f"{format_size(before)} → …"
+    if not after or after == before:
+        return f"{format_size(before)}, unchanged" if before else ""
     return f"{format_size(before)} → {format_size(after)}"
+
+
+def counts(rows: list[Row]) -> dict[str, int]:
+    """What the idle line says, counted as ``session.stats`` counts it: compactions that changed the
+    history (``compactions``), recovery steps (the sum of ``recoveries_by_level``), and the passes
+    that found nothing to remove."""
+    return {
+        "compactions": sum(r["kind"] == "compaction" and r["outcome"] == "applied" for r in rows),
+        "recovery_steps": sum(s["outcome"] == "retrying" for r in rows if r["kind"] == "recovery" for s in r["steps"]),
+        "recoveries": sum(r["kind"] == "recovery" for r in rows),
+        "no_change": sum(r["kind"] == "compaction" and r["outcome"] == "skipped" for r in rows),
+    }
+
+
+def idle_line(rows: list[Row]) -> str:
+    """``1 compaction, 2 recovery steps (1 recovery) · 3 passes found nothing to remove``."""
+    n = counts(rows)
+    text = f"{n['compactions']} compaction{'' if n['compactions'] == 1 else 's'}, {n['recovery_steps']} recovery step"
+    text += "" if n["recovery_steps"] == 1 else "s"
+    if n["recoveries"]:
+        text += f" ({n['recoveries']} recover{'y' if n['recoveries'] == 1 else 'ies'})"
+    if n["no_change"]:
+        text += f" · {n['no_change']} pass{'' if n['no_change'] == 1 else 'es'} found nothing to remove"
+    return text
 
 
 def _phase_step(event: CompactionEvent) -> Row:
@@ -236,11 +262,9 @@ class PhaseTimeline(FeedView, W.VBox):
             )
         else:
             self.running = ""
-            done = sum(r["kind"] == "compaction" for r in self.rows)
-            rec = sum(r["kind"] == "recovery" for r in self.rows)
             self.status.value = (
-                f"<div class='ck-idle-line' style='font-size:12px'>idle · {done} compaction"
-                f"{'' if done == 1 else 's'}, {rec} recover{'y' if rec == 1 else 'ies'} · click a row for its steps</div>"
+                f"<div class='ck-idle-line' style='font-size:12px'>idle · {esc(idle_line(self.rows))} · click a row "
+                "for its steps</div>"
             )
         # newest first in a scroll box: the live end stays in view during a long run
         items = "".join(episode_html(r) for r in self.rows[::-1]) or (
