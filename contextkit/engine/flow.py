@@ -44,7 +44,13 @@ from contextkit.errors import AuthenticationFailed, ProviderError, RecoveryFaile
 from contextkit.failures.classify import Failure, FailureKind
 from contextkit.limits.context import Effect, Flow, FlowContext, emit_history, measure
 from contextkit.limits.evidence import Lesson, Verdict, judge
-from contextkit.limits.learning import after_clean_turn, restore_budgets
+from contextkit.limits.learning import (
+    after_clean_turn,
+    note_accepted,
+    restore_budgets,
+    roll_back_limits,
+    snapshot_limits,
+)
 from contextkit.limits.preflight import (
     check_known_floor,
     compact_if_needed,
@@ -54,8 +60,8 @@ from contextkit.limits.preflight import (
     summarizer_window,
     turn_boundary,
 )
-from contextkit.limits.recovery import KNOWN_LIMIT, Episode, record_recovery, recover
-from contextkit.limits.state import CONTINUATION
+from contextkit.limits.recovery import KNOWN_LIMIT, Episode, record_recovery, recover, weigh_size_reading
+from contextkit.limits.state import CONTINUATION, LimitsSnapshot
 from contextkit.messages import Message
 from contextkit.sizing import Measure
 
@@ -145,6 +151,7 @@ def turn_flow(
     st = ctx.state
     before = list(st.history)
     undo = _undo_snapshot(ctx)
+    limits = snapshot_limits(ctx)
     st.turns += 1
     this_turn = st.turns
     try:
@@ -153,7 +160,7 @@ def turn_flow(
         return (yield from _rounds(ctx, before, stream, max_rounds, hand_back_tools))
     except BaseException as exc:
         if st.turns == this_turn:  # not a flow abandoned long ago and closed by the garbage collector
-            _roll_back(ctx, before, undo, exc)
+            _roll_back(ctx, before, undo, exc, limits)
         raise
 
 
@@ -258,7 +265,7 @@ def _after_failure(
     st.stats.count_failure(failure.kind.value)
     model = fallback.active(ctx, turn.model_index)[0]
     if outcome.partial:  # the model had started answering: the body was accepted
-        ctx.evidence(model).accepted(sent.bytes, sent.tokens)
+        note_accepted(ctx, sent.bytes, sent.tokens, model)
     if failure.kind == FailureKind.AUTH:
         raise AuthenticationFailed(
             f"the provider refused the credentials ({failure.reason}); check api_key / the provider's key "
@@ -266,7 +273,12 @@ def _after_failure(
             failure=failure,
         ) from outcome.error
     ev = ctx.evidence(model)
-    verdict = judge(ev, failure, sent_bytes=sent.bytes, sent_tokens=sent.tokens, seen=ev.failed(digest))
+    shrunk_from = episode.waf_refused if failure.kind == FailureKind.WAF_REJECTION else None
+    verdict = judge(ev, failure, sent_bytes=sent.bytes, sent_tokens=sent.tokens, seen=ev.failed(digest),
+                    shrunk_from=shrunk_from)  # fmt: skip
+    ev.failed_at(sent.bytes)
+    if verdict.lesson == Lesson.RECOVER:
+        verdict = weigh_size_reading(ctx, verdict, sent, episode)
     if verdict.lesson == Lesson.FAIL and answer.interrupted and not answer.voids:
         # The provider refuses to continue the interrupted answer: void it and ask again.
         yield from answer.void(ctx, failure, stream)
@@ -296,8 +308,8 @@ def _after_failure(
             return _AGAIN
     if verdict.lesson == Lesson.FAIL:
         raise ProviderError(
-            f"request failed: {verdict.failure.reason}. This is not a size problem, so this failure compacted "
-            "nothing and taught no limit; the history is as it was before this turn.",
+            f"request failed: {verdict.failure.reason}. This is not a size problem, so the turn taught no limit: "
+            "the history and the limits are as they were before this turn.",
             failure=verdict.failure,
         ) from outcome.error
     turn.size_failures += 1
@@ -355,7 +367,8 @@ def _after_reply(
     """The request went through: count it, end a recovery episode, then run the model's tool calls,
     an ``@recall`` round, or a ``max_tokens`` escalation - or finish the turn."""
     st, sent, answer = ctx.state, prepared.sent, turn.answer
-    ctx.evidence(fallback.active(ctx, turn.model_index)[0]).accepted(sent.bytes, sent.tokens)
+    note_accepted(ctx, sent.bytes, sent.tokens, fallback.active(ctx, turn.model_index)[0])
+    st.keep_newest_whole = False  # a size reading under test is confirmed: the smaller request went through
     if outcome.prompt_tokens and not outcome.context_edits:
         # the provider's count of this request calibrates ours (every window decision); a request the
         # provider edited server-side counts fewer tokens than were sent, so it teaches nothing
@@ -513,11 +526,14 @@ def _undo_snapshot(ctx: FlowContext) -> tuple[list[Any], list[Any]] | None:
 
 
 def _roll_back(ctx: FlowContext, before: list[Message], undo: tuple[list[Any], list[Any]] | None,
-               exc: BaseException) -> None:  # fmt: skip
-    """The turn failed: nothing of it stays in the history (the events keep the record)."""
+               exc: BaseException, limits: LimitsSnapshot) -> None:  # fmt: skip
+    """The turn failed: nothing of it stays in the history, and nothing it inferred stays in the
+    limits and evidence (the events keep the record; self-standing facts such as a 413 stay)."""
     st = ctx.state
     st.history = before
     st.max_tokens = None
+    st.keep_newest_whole = False
+    roll_back_limits(ctx, limits)
     if undo is not None:  # compactions made inside the failed turn cannot be rewound to
         ctx.compactor.undo_stack[:] = undo[0]
         if hasattr(ctx.compactor, "undo_results"):

@@ -20,12 +20,15 @@ from contextkit.policy.truncate import emergency_truncate
 from contextkit.sizing import Measure, format_size, request_bytes
 
 
-def minimal_history(ctx: FlowContext, history: Sequence[Message], dry: StagedSink) -> list[Message]:
-    """What recovery can reduce ``history`` to at most (``dry`` is never committed: nothing is archived)."""
+def minimal_history(
+    ctx: FlowContext, history: Sequence[Message], dry: StagedSink, *, excerpt_newest: bool = True
+) -> list[Message]:
+    """What recovery can reduce ``history`` to at most (``dry`` is never committed: nothing is archived);
+    ``excerpt_newest=False``: with the newest user message whole."""
     lim = ctx.state.limits
     out = list(history)
     i = newest_request_index(out)
-    if i is not None:
+    if i is not None and excerpt_newest:
         original = original_of(out[i], ctx.archive)
         got = excerpt_message(
             original, max_chars=EXCERPT_MIN_CHARS, archive=dry, too_big_for="the 999.9 KB payload cap"
@@ -39,16 +42,20 @@ def minimal_history(ctx: FlowContext, history: Sequence[Message], dry: StagedSin
     return out
 
 
-def floor_measure(ctx: FlowContext, history: Sequence[Message] | None = None) -> Measure:
+def floor_measure(
+    ctx: FlowContext, history: Sequence[Message] | None = None, *, excerpt_newest: bool = True
+) -> Measure:
     """The smallest request: the minimal history, with the recall schema when reaching it archives
     something (the recall tool is offered from the request after the first archive write)."""
-    out, tools = _floor_request(ctx, ctx.state.history if history is None else history)
+    out, tools = _floor_request(ctx, ctx.state.history if history is None else history, excerpt_newest)
     return ctx.meter.measure(out, tools=tools or None, **ctx.params)
 
 
-def _floor_request(ctx: FlowContext, history: Sequence[Message]) -> tuple[list[Message], list[dict[str, Any]]]:
+def _floor_request(
+    ctx: FlowContext, history: Sequence[Message], excerpt_newest: bool = True
+) -> tuple[list[Message], list[dict[str, Any]]]:
     dry = StagedSink(ctx.archive)
-    out = minimal_history(ctx, history, dry)
+    out = minimal_history(ctx, history, dry, excerpt_newest=excerpt_newest)
     if ctx.recall_tool is not None and (dry.staged or ctx.archived):
         return out, [*ctx.tools, ctx.recall_tool]
     return out, ctx.tools

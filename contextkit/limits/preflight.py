@@ -157,8 +157,8 @@ def fit_newest_message(ctx: FlowContext) -> None:
     ``PayloadFloorError`` only when even the smallest excerpt cannot fit."""
     st = ctx.state
     i = newest_request_index(st.history)
-    if i is None:
-        return
+    if i is None or st.keep_newest_whole:
+        return  # (a size reading of a 403 page is being tested: only a whole message can confirm it)
     current = st.history[i]
     systems = [m for m in st.history if m.role == "system"]
     whole = measure(ctx, [*systems, current])
@@ -309,7 +309,10 @@ def check_known_floor(ctx: FlowContext) -> None:
     limit_bytes = _byte_limit(ctx)
     overflowed = ev.smallest_overflow_tokens
     if limit_bytes is not None and floor.bytes > limit_bytes:
-        text = f"The {st.cap_source or 'configured'} payload cap is {format_size(limit_bytes)}"
+        if st.cap is not None and limit_bytes == st.cap:
+            text = f"The {st.cap_source or 'configured'} payload cap is {format_size(limit_bytes)}"
+        else:  # no cap, or the endpoint's own rejection binds: nothing was configured
+            text = f"This endpoint rejected a {format_size(limit_bytes + 1)} request for its size ({ev.rejected_how})"
         raise PayloadFloorError(floor_text(ctx, text, floor), base_bytes=floor.bytes, rejected_bytes=limit_bytes + 1)
     if overflowed and floor.tokens >= overflowed:
         text = f"A {overflowed:,}-token request overflowed the model's window"
