@@ -273,7 +273,9 @@ def _after_failure(
             failure=failure,
         ) from outcome.error
     ev = ctx.evidence(model)
-    shrunk_from = episode.waf_refused if failure.kind == FailureKind.WAF_REJECTION else None
+    shrunk_from = episode.dropped if failure.connection_drop else None
+    if failure.kind == FailureKind.WAF_REJECTION:
+        shrunk_from = episode.waf_refused
     verdict = judge(ev, failure, sent_bytes=sent.bytes, sent_tokens=sent.tokens, seen=ev.failed(digest),
                     shrunk_from=shrunk_from)  # fmt: skip
     ev.failed_at(sent.bytes)

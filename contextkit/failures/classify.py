@@ -242,6 +242,9 @@ def _decide(ev: ErrorEvidence, history_bytes: int | None, request_bytes: int | N
         return FailureKind.OTHER, "requested output budget (max_tokens) is above the model's limit"
     if classes & UNREACHABLE_CLASSES or _first(text, UNREACHABLE_PHRASES):
         return FailureKind.TRANSIENT, "server unreachable (connection refused or DNS failure)"
+    if status is not None and status >= 500 and ev.empty_body:
+        # Caddy's request_body max_size, a load balancer giving up: no answer at all, like a drop
+        return FailureKind.TRANSIENT, f"{NETWORK_ERROR} (empty {status} from the gateway: no answer)"
     if net := _connection_signal(text, classes):
         if net == "eof" and "request" in text:
             # "error reading request body: EOF" is the server failing to read us, not a body cap.

@@ -203,6 +203,23 @@ class EndpointEvidence:
         )
 
 
+@dataclass(frozen=True)
+class CapInterval:
+    """What a session knows about its endpoint's body limit: ``known_to_pass`` (the largest body it
+    accepted, 0: none yet) <= ``cap`` (the send limit, None: no cap) < ``known_to_fail`` (the
+    smallest body it rejected for its size, None: none). The real limit lies between the two ends."""
+
+    known_to_pass: int
+    cap: int | None
+    known_to_fail: int | None
+
+    def __str__(self) -> str:
+        passes = format_size(self.known_to_pass) if self.known_to_pass else "nothing yet"
+        fails = format_size(self.known_to_fail) if self.known_to_fail else "nothing yet"
+        cap = format_size(self.cap) if self.cap else "none"
+        return f"known to pass {passes}, send limit {cap}, known to fail {fails}"
+
+
 @dataclass
 class EvidenceBook:
     """Evidence per endpoint for one session (the turn model and, when it differs, the summarizer's)."""
@@ -268,7 +285,7 @@ def judge(
     kind = failure.kind
     size = format_size(sent_bytes)
     if is_connection_drop(failure):
-        return _judge_drop(ev, failure, sent_bytes, seen)
+        return _judge_drop(ev, failure, sent_bytes, seen, shrunk_from)
     if kind.retryable:
         return Verdict(Lesson.RETRY, failure, failure.reason)
     if kind == FailureKind.WAF_REJECTION and sent_bytes < MIN_PLAUSIBLE_CAP:
@@ -322,11 +339,16 @@ def _dropped_for_size_before(ev: EndpointEvidence) -> bool:
     return ev.rejected_how == "connection dropped" or ev.rejected_how.startswith("empty ")
 
 
-def _judge_drop(ev: EndpointEvidence, failure: Failure, sent_bytes: int, seen: int) -> Verdict:
+def _judge_drop(
+    ev: EndpointEvidence, failure: Failure, sent_bytes: int, seen: int, shrunk_from: int | None = None
+) -> Verdict:
     """No answer is not a size: it counts as one only with discrimination - smaller bodies to this
     endpoint went through *recently* and the same body failed again (or this endpoint already showed
     it drops bodies for their size). A drop below a size accepted before, while smaller ones go
-    through, means the limit moved; when nothing smaller went through recently it is an outage."""
+    through, means the limit moved; when nothing smaller went through recently it is an outage.
+    ``shrunk_from``: this recovery episode already read a drop of that size as a size limit, so the
+    smaller body failing twice goes on down the ladder (a failed turn rolls the reading back, so an
+    outage that outlasts the ladder teaches nothing)."""
     size = format_size(sent_bytes)
     how = gateway_how(failure)
     what = "connection dropped" if how == "connection dropped" else f"the gateway answered {how.split()[1]} with no body"
@@ -345,6 +367,11 @@ def _judge_drop(ev: EndpointEvidence, failure: Failure, sent_bytes: int, seen: i
     if seen == 0:
         return transient(f"{what} on a {size} request - retrying it once before suspecting its size", once=True)
     recent = ev.went_through_recently(sent_bytes)
+    if shrunk_from is not None and sent_bytes < shrunk_from:
+        return size_limit(
+            f"the same {size} request failed {seen + 1} times ({what}) after a {format_size(shrunk_from)} one was "
+            "read as too large - the limit is lower still (or moved)"
+        )
     if ev.largest_accepted >= sent_bytes:
         if recent:
             return size_limit(

@@ -39,6 +39,7 @@ class Episode:
     level: int = 0
     window_learned: bool = False
     waf_refused: int | None = None  # bytes of the smallest request a firewall page refused in this episode
+    dropped: int | None = None  # bytes of the smallest request whose drop (or empty 5xx) was read as its size
     floor_whole: int = 0  # the smallest request with the newest message whole (a 403 page's size reading)
 
 
@@ -52,7 +53,9 @@ def weigh_size_reading(ctx: FlowContext, verdict: Verdict, sent: Measure, episod
     if not verdict.hypothesis:
         return verdict
     floor = floor_measure(ctx, excerpt_newest=False)
-    if floor.bytes >= STRAY_BELOW * sent.bytes:
+    if floor.bytes >= STRAY_BELOW * sent.bytes and floor_measure(ctx).bytes < sent.bytes:
+        # only an excerpt of the newest message could get under the refused size: untestable
+        # (when nothing can, the floor diagnostic says so and names what is too big)
         size = format_size(sent.bytes)
         why = (
             f"the gateway refused a {size} request ({gateway_how(verdict.failure)}) with a page that states no size, "
@@ -110,8 +113,14 @@ def check_floor(ctx: FlowContext, failure: Failure, sent: Measure) -> int:
     floor = floor_measure(ctx)
     if floor.bytes >= rejected:
         record_recovery(ctx, "floor", failure=failure, before=sent)
+        page = (
+            f" with a {failure.status or 403} page that states no size (if its firewall objects to the content "
+            "instead, rephrase or remove what it blocks)"
+            if failure.kind == FailureKind.WAF_REJECTION
+            else ""
+        )
         raise PayloadFloorError(
-            floor_text(ctx, f"The gateway rejected a {format_size(rejected)} request", floor),
+            floor_text(ctx, f"The gateway rejected a {format_size(rejected)} request{page}", floor),
             base_bytes=floor.bytes,
             rejected_bytes=rejected,
             failure=failure,
@@ -162,6 +171,8 @@ def learn(ctx: FlowContext, verdict: Verdict, sent: Measure, episode: Episode) -
     ev.rejected(rejected, how)
     if failure.kind == FailureKind.WAF_REJECTION:
         episode.waf_refused = min(rejected, episode.waf_refused or rejected)
+    if failure.connection_drop:
+        episode.dropped = min(rejected, episode.dropped or rejected)
     floor = check_floor(ctx, failure, sent)
     new = learned_cap(rejected, floor=max(floor, episode.floor_whole), current=st.cap, accepted=ev.largest_accepted)
     if new is not None:
