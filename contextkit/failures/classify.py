@@ -18,11 +18,17 @@ Precedence (first rule that matches wins):
 1. ``PAYLOAD_TOO_LARGE`` - a byte-size phrase (``PAYLOAD_PHRASES``: "request entity too large",
    ``request_too_large`` ...). This comes first because litellm's Anthropic route turns a real
    413 into a ``BadRequestError`` with status 400; only the body still tells.
+0. ``RATE_LIMIT`` - a 413 / 429 about tokens per minute (``TOKEN_RATE_PHRASES``: Groq answers a
+   request above its tier's TPM with 413 "Request too large ... tokens per minute").
+1b. The byte-size phrases include LiteLLM's proxy ("Request size is too large", a 400 with
+   ``"param": "content-length"``) and IIS request filtering (HTTP Error 404.13).
 2. Status 413 / 431 - ``PAYLOAD_TOO_LARGE``, except a 413 whose body speaks about tokens or
    context (Groq, the "prompt length above the limit" vector), which is ``CONTEXT_OVERFLOW``.
 3. ``WAF_REJECTION`` - status 403 plus a firewall/proxy signal (``WAF_SIGNALS``, ``WAF_HEADERS``,
    a Cloudflare ``server`` header) or an HTML block page (an HTML document in the body, or
-   ``HTML_AS_JSON_FINGERPRINTS`` such as "invalid character '<' looking for beginning of value").
+   ``HTML_AS_JSON_FINGERPRINTS`` such as "invalid character '<' looking for beginning of value"),
+   also when a proxy re-wrapped it as JSON (LiteLLM's proxy: an ``llm_provider-content-type:
+   text/html`` header, or the page JSON-escaped in the message).
 4. ``AUTH`` - status 401 / 403 / 407 (a plain 403 never starts recovery).
 5. ``RATE_LIMIT`` - status 429, a ``RateLimitError``, or ``RATE_LIMIT_PHRASES`` ("tokens per
    minute" is a rate limit, not an overflow).
@@ -40,6 +46,8 @@ Precedence (first rule that matches wins):
    budget is too big ("max_tokens is too large ... completion tokens") is ``OTHER``: compaction
    cannot fix it.
 8. ``TRANSIENT`` - the server was never reached (connection refused, DNS): nothing to learn.
+8b. A 5xx with an empty body (Caddy's ``request_body max_size`` answers 502 and nothing else): no
+   answer at all, like a drop (``Failure.connection_drop``); the evidence decides whether it is a size.
 9. Connection loss (``CONNECTION_PHRASES``, ``CONNECTION_CLASSES``: reset, EOF, broken pipe,
    stream error, "Server disconnected", litellm's "Connection error.") - ``LIKELY_PAYLOAD`` when
    the history or request is larger than ``LIKELY_PAYLOAD_MIN_BYTES`` (500 KB), else
@@ -74,6 +82,7 @@ from contextkit.failures.phrases import (
     FIELD_NAME,
     HTML_AS_JSON_FINGERPRINTS,
     HTML_DOCUMENT,
+    HTML_ESCAPED,
     LIKELY_PAYLOAD_MIN_BYTES,
     OUTPUT_LIMIT_PHRASES,
     OVERFLOW_EXCESS,
@@ -85,8 +94,10 @@ from contextkit.failures.phrases import (
     SERVER_PHRASES,
     TIMEOUT_CLASSES,
     TIMEOUT_PHRASES,
+    TOKEN_RATE_PHRASES,
     UNREACHABLE_CLASSES,
     UNREACHABLE_PHRASES,
+    UPSTREAM_CONTENT_TYPE,
     WAF_HEADERS,
     WAF_SERVERS,
     WAF_SIGNALS,
@@ -210,6 +221,9 @@ def window_from_message(text: str) -> int | None:
 
 def _decide(ev: ErrorEvidence, history_bytes: int | None, request_bytes: int | None) -> tuple[FailureKind, str]:
     text, status, classes = ev.text, ev.status, ev.classes
+    if status in (413, 429) and (rate := _first(text, TOKEN_RATE_PHRASES)):
+        # Groq's 413 "Request too large ... on tokens per minute (TPM)": the tier's token rate, not bytes
+        return FailureKind.RATE_LIMIT, f"rate limited ({status}: {rate.strip('()')} - a token rate limit, not the body size)"
     if phrase := _first(text, PAYLOAD_PHRASES):
         label: object = status if status in (413, 431) else (_written_413(text) or phrase)
         limit = "header" if label == 431 else "payload"
@@ -319,6 +333,8 @@ def _waf_signal(ev: ErrorEvidence) -> str | None:
         return "security signal 'waf'"
     if HTML_DOCUMENT.search(ev.text) or _first(ev.text, HTML_AS_JSON_FINGERPRINTS):
         return "HTML block page"
+    if any(ev.headers.get(h, "").startswith("text/html") for h in UPSTREAM_CONTENT_TYPE) or HTML_ESCAPED.search(ev.text):
+        return "an HTML page re-wrapped by a proxy"  # a gateway's block page, not bad credentials
     return None
 
 
