@@ -57,7 +57,9 @@ from contextkit.limits.preflight import (
     known_to_fail,
     outgoing,
     request_for,
+    reserve_output,
     summarizer_window,
+    token_limit,
     turn_boundary,
 )
 from contextkit.limits.recovery import KNOWN_LIMIT, Episode, record_recovery, recover, weigh_size_reading
@@ -120,6 +122,8 @@ class _Prepared:
     request: Any  # preflight.request_for's outgoing copy (wire messages, cache anchor)
     refusal: str | None  # why the request is known to fail (it is not sent), or None
 
+
+CONTINUATION_TOKENS = 64  # the continuation prompt and its framing, in the window an escalation must leave room in
 
 # What a step tells the loop: go round again, or the turn's reply.
 _AGAIN = None
@@ -196,8 +200,13 @@ def _prepare(ctx: FlowContext, stream: bool) -> Generator[Effect, Any, _Prepared
         params["max_tokens"] = st.max_tokens
     if stream or st.max_tokens:
         sent = measure(ctx, out, **params, stream=stream)
+    asked = params.get("max_tokens")
+    refusal = reserve_output(ctx, sent, params)
+    if params.get("max_tokens") != asked:
+        sent = measure(ctx, out, **params, stream=stream)
+    st.asked_output = int(params.get("max_tokens") or 0)
     request = request_for(ctx, out, sent, {**params, "stream": stream} if stream else params)
-    return _Prepared(out, request.sent, params, request, known_to_fail(ctx, request.sent))
+    return _Prepared(out, request.sent, params, request, known_to_fail(ctx, request.sent) or refusal)
 
 
 def _climb_unsent(ctx: FlowContext, turn: _TurnTally, before: list[Message], prepared: _Prepared) -> Flow:
@@ -295,6 +304,16 @@ def _after_failure(
             "warning",
         )
         return _finish(ctx, turn, ModelReply("", finish_reason="length"), prepared.out)
+    if failure.kind == FailureKind.CONTEXT_OVERFLOW and answer.parts and not answer.interrupted and st.max_tokens:
+        # The escalated continuation does not fit the window (the provider counts the output): end
+        # the turn with the answer so far, as a turn without escalation would, not lose its parts.
+        ctx.notify(
+            "escalation_overflow",
+            f"the continuation with max_tokens={st.max_tokens} does not fit the window ({failure.reason}); "
+            "the reply is the answer so far (finish_reason=length)",
+            "warning",
+        )
+        return _finish(ctx, turn, ModelReply("", finish_reason="length"), prepared.out)
     if verdict.lesson == Lesson.RETRY:
         yield from _retry(ctx, turn, verdict, outcome, failure, stream)
         return _AGAIN
@@ -341,9 +360,20 @@ def _retry(
             "provider drops large bodies, set Limits(max_payload=...) to its limit.",
             failure=verdict.failure,
         ) from outcome.error
+    delay = retry_delay(ctx, failure, turn.retries + (0 if once else 1))
+    if delay > st.limits.max_retry_wait:
+        to = fallback.next_index(ctx, turn.model_index)
+        if to is not None and not outcome.partial:
+            _move(ctx, turn, to, f"{verdict.why}; the provider asks to wait {delay:,.0f} s")
+            return
+        raise ProviderError(
+            f"request failed: {verdict.why}. The provider asks to wait {delay:,.0f} s before the next try, longer "
+            f"than Limits(max_retry_wait={st.limits.max_retry_wait:g}); try again later, or raise max_retry_wait "
+            "to wait that long. The history and the limits are as they were before this turn.",
+            failure=verdict.failure,
+        ) from outcome.error
     turn.retries += 0 if once else 1
     st.stats.retries += 1
-    delay = failure.retry_after if failure.retry_after is not None else backoff(ctx, turn.retries)
     again = "continuing the answer from where it stopped" if outcome.partial else "retrying"
     ctx.notify("retry", f"{verdict.why} - {again} in {delay:.1f} s", "info")
     yield Sleep(delay)
@@ -354,6 +384,16 @@ def _move(ctx: FlowContext, turn: _TurnTally, to: int, why: str) -> None:
     """The turn's next request goes to the chain's entry ``to``, with a fresh retry count."""
     fallback.move(ctx, turn.model_index, to, why)
     turn.model_index, turn.retries = to, 0
+
+
+def retry_delay(ctx: FlowContext, failure: Failure, retries: int) -> float:
+    """Seconds to wait before the next try: the provider's ``Retry-After`` (seconds, or an HTTP-date
+    read against the session's clock) when it gave one, else the back-off."""
+    if failure.retry_after is not None:
+        return max(0.0, failure.retry_after)
+    if failure.retry_at is not None:
+        return max(0.0, failure.retry_at - ctx.clock())
+    return backoff(ctx, retries)
 
 
 def backoff(ctx: FlowContext, retries: int) -> float:
@@ -415,7 +455,7 @@ def _after_reply(
             yield StreamNote("tool_round", shown, reason="@recall", show="" if shown.endswith("\n") else "\n")
         return _AGAIN
     if outcome.finish_reason == "length" and turn.escalations < st.limits.max_token_escalations:
-        escalated = yield from _escalate(ctx, turn, outcome, stream)
+        escalated = yield from _escalate(ctx, turn, outcome, stream, sent.tokens)
         if escalated:
             return _AGAIN
     return _finish(ctx, turn, outcome, prepared.out)
@@ -432,12 +472,17 @@ def _count_usage(st: Any, turn: _TurnTally, outcome: ModelReply) -> None:
     st.stats.cache_write_tokens += outcome.cache_write_tokens
 
 
-def _escalate(ctx: FlowContext, turn: _TurnTally, outcome: ModelReply, stream: bool) -> Generator[Effect, Any, bool]:
-    """The reply was cut at ``max_tokens``: double it (up to the model's output cap) and ask the model
-    to continue; False when it cannot grow."""
+def _escalate(
+    ctx: FlowContext, turn: _TurnTally, outcome: ModelReply, stream: bool, prompt_tokens: int = 0
+) -> Generator[Effect, Any, bool]:
+    """The reply was cut at ``max_tokens``: double it (up to the model's output cap, and never above
+    what the window leaves once the answer so far is part of the prompt) and ask the model to
+    continue; False when it cannot grow (the turn ends with the answer so far)."""
     st = ctx.state
     current = st.max_tokens or int(ctx.params.get("max_tokens") or 4096)
-    new = min(current * 2, _output_cap(ctx))
+    answered = outcome.completion_tokens or len(outcome.content) // 4
+    left = token_limit(ctx) - prompt_tokens - answered - CONTINUATION_TOKENS
+    new = min(current * 2, _output_cap(ctx), left)
     if new <= current:
         return False
     turn.escalations += 1

@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
 from contextkit.failures.phrases import (
@@ -152,6 +153,10 @@ class Failure:
     retry_after: float | None = None
     provider_message: str = ""
     window_tokens: int | None = None  # the window an overflow message names (e.g. 4096), else None
+    # the output an overflow message says the provider counted against the window (vLLM: "... 1200 in
+    # the completion"; TGI: "500 `max_new_tokens`"), else None
+    output_tokens: int | None = None
+    retry_at: float | None = None  # a Retry-After given as an HTTP-date (seconds since the epoch)
     connection_drop: bool = False  # the connection closed before any answer (nginx ``return 444``, a reset)
 
     @property
@@ -190,7 +195,10 @@ def classify_failure(
     ev = gather_evidence(error, status)
     kind, reason = _decide(ev, history_bytes, request_bytes)
     sent = request_bytes if request_bytes is not None else ev.annotated_bytes
-    retry_after = _retry_after(ev) if kind in (FailureKind.RATE_LIMIT, FailureKind.TRANSIENT) else None
+    waits = kind in (FailureKind.RATE_LIMIT, FailureKind.TRANSIENT)
+    retry_after = _retry_after(ev) if waits else None
+    retry_at = _retry_at(ev) if waits and retry_after is None else None
+    overflow = kind == FailureKind.CONTEXT_OVERFLOW
     return Failure(
         kind=kind,
         reason=reason,
@@ -198,7 +206,9 @@ def classify_failure(
         status=ev.status,
         retry_after=retry_after,
         provider_message=ev.message,
-        window_tokens=window_from_message(ev.text) if kind == FailureKind.CONTEXT_OVERFLOW else None,
+        window_tokens=window_from_message(ev.text) if overflow else None,
+        output_tokens=output_from_message(ev.text) if overflow else None,
+        retry_at=retry_at,
         connection_drop=kind == FailureKind.LIKELY_PAYLOAD or reason.startswith(NETWORK_ERROR),
     )
 
@@ -219,11 +229,35 @@ def window_from_message(text: str) -> int | None:
     return None
 
 
+_OUTPUT_COUNTED = (
+    re.compile(r"(\d+) in the completion"),  # vLLM, OpenAI, Azure, DeepSeek
+    re.compile(r"(\d+) `max_new_tokens`"),  # Hugging Face TGI
+)
+
+
+def output_from_message(text: str) -> int | None:
+    """The output tokens an overflow message says the provider counted against the window, or None
+    (0 in the completion: it did not count any)."""
+    for pattern in _OUTPUT_COUNTED:
+        if (match := pattern.search(text.lower())) and int(match.group(1)) > 0:
+            return int(match.group(1))
+    return None
+
+
 def _decide(ev: ErrorEvidence, history_bytes: int | None, request_bytes: int | None) -> tuple[FailureKind, str]:
     text, status, classes = ev.text, ev.status, ev.classes
     if status in (413, 429) and (rate := _first(text, TOKEN_RATE_PHRASES)):
         # Groq's 413 "Request too large ... on tokens per minute (TPM)": the tier's token rate, not bytes
-        return FailureKind.RATE_LIMIT, f"rate limited ({status}: {rate.strip('()')} - a token rate limit, not the body size)"
+        asked = re.search(r"limit (\d+), requested (\d+)", text)
+        alone = (
+            "; this one request is above the per-minute limit by itself: shorten it or raise the provider's tier"
+            if asked and int(asked.group(2)) > int(asked.group(1))
+            else ""
+        )
+        return (
+            FailureKind.RATE_LIMIT,
+            f"rate limited ({status}: {rate.strip('()')} - a token rate limit, not the body size{alone})",
+        )
     if phrase := _first(text, PAYLOAD_PHRASES):
         label: object = status if status in (413, 431) else (_written_413(text) or phrase)
         limit = "header" if label == 431 else "payload"
@@ -256,9 +290,6 @@ def _decide(ev: ErrorEvidence, history_bytes: int | None, request_bytes: int | N
         return FailureKind.OTHER, "requested output budget (max_tokens) is above the model's limit"
     if classes & UNREACHABLE_CLASSES or _first(text, UNREACHABLE_PHRASES):
         return FailureKind.TRANSIENT, "server unreachable (connection refused or DNS failure)"
-    if status is not None and status >= 500 and ev.empty_body:
-        # Caddy's request_body max_size, a load balancer giving up: no answer at all, like a drop
-        return FailureKind.TRANSIENT, f"{NETWORK_ERROR} (empty {status} from the gateway: no answer)"
     if net := _connection_signal(text, classes):
         if net == "eof" and "request" in text:
             # "error reading request body: EOF" is the server failing to read us, not a body cap.
@@ -271,6 +302,9 @@ def _decide(ev: ErrorEvidence, history_bytes: int | None, request_bytes: int | N
             return FailureKind.LIKELY_PAYLOAD, f"suspected payload limit (large history {format_size(size)} + {net})"
         where = f", {format_size(size)} is below the 500 KB payload threshold" if size is not None else ""
         return FailureKind.TRANSIENT, f"{NETWORK_ERROR} ({net}{where})"
+    if status is not None and status >= 500 and ev.empty_body:
+        # Caddy's request_body max_size, a load balancer giving up: no answer at all, like a drop
+        return FailureKind.TRANSIENT, f"{NETWORK_ERROR} (empty {status} from the gateway: no answer)"
     if classes & {"AuthenticationError", "PermissionDeniedError"} or _first(text, AUTH_PHRASES):
         return FailureKind.AUTH, "authentication or permission error"
     if (status is not None and (status >= 500)) or _first(text, SERVER_PHRASES):
@@ -357,11 +391,22 @@ def _retry_after(ev: ErrorEvidence) -> float | None:
         try:
             return float(value)
         except ValueError:
-            pass  # an HTTP date: not worth a date parser here
+            pass  # an HTTP-date: ``_retry_at`` reads it (the flow has the clock)
     if match := _RETRY_IN_TEXT.search(ev.text):
         seconds = float(match.group(1))
         return seconds / 1000 if match.group(2) == "ms" else seconds
     return None
+
+
+def _retry_at(ev: ErrorEvidence) -> float | None:
+    """A ``Retry-After`` given as an HTTP-date ("Wed, 21 Oct 2026 07:28:00 GMT"), as epoch seconds."""
+    value = ev.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
 
 
 def _first(text: str, phrases: tuple[str, ...]) -> str | None:

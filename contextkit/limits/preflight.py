@@ -31,6 +31,7 @@ from contextkit.sizing import MB, Measure, format_size, message_bytes
 
 NO_CAP_WARNING_BYTES = int(2.5 * MB)
 BYTES_PER_TOKEN = 4  # to size previews from the window: the usual ratio for English and code
+MIN_OUTPUT = 256  # the fewest output tokens worth asking for when the window must hold them too
 
 __all__ = [
     "Effect",
@@ -135,6 +136,31 @@ def _preview_chars(ctx: FlowContext) -> int | None:
     the byte limit and the token limit (``Limits.tool_result_preview_share``)."""
     limits = [x for x in (_byte_limit(ctx), _token_limit(ctx) * BYTES_PER_TOKEN) if x]
     return preview_chars(ctx.state.limits.tool_result_preview_share, min(limits) if limits else None)
+
+
+def token_limit(ctx: FlowContext) -> int:
+    """Tokens a request must stay below: the window, and below what already overflowed."""
+    return _token_limit(ctx)
+
+
+def reserve_output(ctx: FlowContext, sent: Measure, params: dict[str, Any]) -> str | None:
+    """When the provider counts ``max_tokens`` against the window, a request reserves it: the asked
+    output is lowered to what the window leaves (``params`` changed in place), or - when less than
+    ``MIN_OUTPUT`` tokens would be left - the reason the request is not sent (the ladder shrinks it)."""
+    st = ctx.state
+    asked = int(params.get("max_tokens") or 0)
+    if not st.window_counts_output or not asked:
+        return None
+    room = _token_limit(ctx) - sent.tokens
+    if asked <= room:
+        return None
+    if room >= min(asked, MIN_OUTPUT):
+        params["max_tokens"] = room
+        return None
+    return (
+        f"the request is {sent.tokens:,} tokens and asks for {asked:,} output tokens; the provider counts the output "
+        f"against the {_token_limit(ctx):,}-token window"
+    )
 
 
 def _token_limit(ctx: FlowContext) -> int:

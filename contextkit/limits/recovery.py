@@ -162,6 +162,14 @@ def learn(ctx: FlowContext, verdict: Verdict, sent: Measure, episode: Episode) -
         if got is not None:
             learn_window(ctx, *got)
             episode.window_learned = True
+        asked = st.asked_output
+        if failure.output_tokens or (stated and sent.tokens < stated and asked and sent.tokens + asked > stated):
+            # the provider counted the asked output against the window (vLLM): from now on a
+            # request reserves it, instead of sending the identical body again after a no-op compaction
+            if not st.window_counts_output:
+                ctx.notify("window_counts_output", f"the provider counts max_tokens against the {st.context_window:,}"
+                           "-token window: requests reserve their output from now on", "info")  # fmt: skip
+            st.window_counts_output = True
         if stated:  # the provider's own number: a fact a failed turn keeps
             note_fact(ctx, Fact("window", st.model, tokens=overflowed if stated < sent.tokens else 0,
                                 value=st.context_window))  # fmt: skip
@@ -173,12 +181,15 @@ def learn(ctx: FlowContext, verdict: Verdict, sent: Measure, episode: Episode) -
         episode.waf_refused = min(rejected, episode.waf_refused or rejected)
     if failure.connection_drop:
         episode.dropped = min(rejected, episode.dropped or rejected)
+    fact = Fact("rejected", st.model, rejected, how=how) if is_self_standing(failure) else None
+    if fact is not None:  # kept even when the floor check below ends the turn
+        note_fact(ctx, fact)
     floor = check_floor(ctx, failure, sent)
     new = learned_cap(rejected, floor=max(floor, episode.floor_whole), current=st.cap, accepted=ev.largest_accepted)
     if new is not None:
         learn_cap(ctx, new, rejected=rejected, how=how)
-    if is_self_standing(failure):
-        note_fact(ctx, Fact("rejected", st.model, rejected, how=how, value=new))
+        if fact is not None:
+            st.turn_facts[st.turn_facts.index(fact)] = replace(fact, value=new)
 
 
 def apply_level(ctx: FlowContext, level: int) -> tuple[str, ...]:

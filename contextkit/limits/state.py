@@ -138,6 +138,10 @@ class SessionState:
     # a size reading of a refusal that states no size is being tested: the newest message stays whole
     # (an excerpt that cut a blocked line would "confirm" a size limit that is not there)
     keep_newest_whole: bool = False
+    # the provider counts the output a request asks for (max_tokens) against the window (vLLM, TGI):
+    # learned from an overflow that says so; a request then reserves its max_tokens
+    window_counts_output: bool = False
+    asked_output: int = 0  # max_tokens of the request being sent (0: none asked)
 
     @classmethod
     def create(

@@ -53,6 +53,7 @@ def session_to_dict(session: Any) -> dict[str, Any]:
         # the interval per endpoint: without it a loaded session probes its cap back up to a size refused before
         "evidence": st.evidence.to_dict(),
         "clean_turns": st.clean_turns,
+        "window_counts_output": st.window_counts_output,
         "stats": st.stats.to_dict(),
         "compactor": session.compactor.stats.to_dict(),
         "archive": {
@@ -199,6 +200,7 @@ def load_session(
         st.window_source = "learned"
     st.evidence = evidence
     st.clean_turns = clean_turns
+    st.window_counts_output = bool(data.get("window_counts_output"))
     st.stats = stats
     session.compactor.stats = compactor_stats
     return session
