@@ -56,10 +56,10 @@ from contextkit.limits.preflight import (
     compact_if_needed,
     known_to_fail,
     outgoing,
+    output_room,
     request_for,
     reserve_output,
     summarizer_window,
-    token_limit,
     turn_boundary,
 )
 from contextkit.limits.recovery import KNOWN_LIMIT, Episode, record_recovery, recover, weigh_size_reading
@@ -481,7 +481,7 @@ def _escalate(
     st = ctx.state
     current = st.max_tokens or int(ctx.params.get("max_tokens") or 4096)
     answered = outcome.completion_tokens or len(outcome.content) // 4
-    left = token_limit(ctx) - prompt_tokens - answered - CONTINUATION_TOKENS
+    left = output_room(ctx, prompt_tokens + answered + CONTINUATION_TOKENS)
     new = min(current * 2, _output_cap(ctx), left)
     if new <= current:
         return False

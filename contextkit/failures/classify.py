@@ -196,8 +196,8 @@ def classify_failure(
     kind, reason = _decide(ev, history_bytes, request_bytes)
     sent = request_bytes if request_bytes is not None else ev.annotated_bytes
     waits = kind in (FailureKind.RATE_LIMIT, FailureKind.TRANSIENT)
-    retry_after = _retry_after(ev) if waits else None
-    retry_at = _retry_at(ev) if waits and retry_after is None else None
+    retry_at = _retry_at(ev) if waits else None  # a header date wins over a delay written in the text
+    retry_after = _retry_after(ev) if waits and retry_at is None else None
     overflow = kind == FailureKind.CONTEXT_OVERFLOW
     return Failure(
         kind=kind,
@@ -401,8 +401,8 @@ def _retry_after(ev: ErrorEvidence) -> float | None:
 def _retry_at(ev: ErrorEvidence) -> float | None:
     """A ``Retry-After`` given as an HTTP-date ("Wed, 21 Oct 2026 07:28:00 GMT"), as epoch seconds."""
     value = ev.headers.get("retry-after")
-    if not value:
-        return None
+    if not value or value.strip().replace(".", "", 1).isdigit():
+        return None  # absent, or seconds (``_retry_after``)
     try:
         return parsedate_to_datetime(value).timestamp()
     except (TypeError, ValueError, IndexError, OverflowError):

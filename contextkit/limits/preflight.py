@@ -45,6 +45,7 @@ __all__ = [
     "known_to_fail",
     "measure",
     "outgoing",
+    "output_room",
     "request_for",
     "run_compaction",
     "summarizer_window",
@@ -143,6 +144,13 @@ def token_limit(ctx: FlowContext) -> int:
     return _token_limit(ctx)
 
 
+def output_room(ctx: FlowContext, prompt_tokens: int) -> int:
+    """Output tokens the window leaves beside a prompt of ``prompt_tokens`` (our count), less a
+    margin of 5% of the window (at least 64): the provider's tokenizer counts a little differently."""
+    limit = _token_limit(ctx)
+    return limit - prompt_tokens - max(64, limit // 20)
+
+
 def reserve_output(ctx: FlowContext, sent: Measure, params: dict[str, Any]) -> str | None:
     """When the provider counts ``max_tokens`` against the window, a request reserves it: the asked
     output is lowered to what the window leaves (``params`` changed in place), or - when less than
@@ -151,7 +159,7 @@ def reserve_output(ctx: FlowContext, sent: Measure, params: dict[str, Any]) -> s
     asked = int(params.get("max_tokens") or 0)
     if not st.window_counts_output or not asked:
         return None
-    room = _token_limit(ctx) - sent.tokens
+    room = output_room(ctx, sent.tokens)
     if asked <= room:
         return None
     if room >= min(asked, MIN_OUTPUT):
