@@ -161,7 +161,10 @@ def turn_flow(
     try:
         st.history = [*before, *new_messages]
         emit_history(ctx, "user")
-        return (yield from _rounds(ctx, before, stream, max_rounds, hand_back_tools))
+        reply = yield from _rounds(ctx, before, stream, max_rounds, hand_back_tools)
+        if stream:  # inside the transaction: a Ctrl-C from a subscriber of "done" still rolls the turn back
+            yield StreamNote("done", reason=getattr(reply, "finish_reason", "") or "")
+        return reply
     except BaseException as exc:
         if st.turns == this_turn:  # not a flow abandoned long ago and closed by the garbage collector
             _roll_back(ctx, before, undo, exc, limits)
