@@ -359,6 +359,8 @@ def _judge_drop(
     def transient(why: str, once: bool = False) -> Verdict:
         return Verdict(Lesson.RETRY, replace(failure, kind=FailureKind.TRANSIENT, reason=why), why, once=once)
 
+    if sent_bytes < MIN_PLAUSIBLE_CAP:
+        return transient(f"{what} on a {size} request - below any body-size limit a gateway sets, so not its size")
     if _dropped_for_size_before(ev) and sent_bytes > ev.largest_accepted:
         return size_limit(
             f"{what} on a {size} request; this endpoint dropped {format_size(ev.smallest_rejected or 0)} "

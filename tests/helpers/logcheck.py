@@ -19,6 +19,7 @@ from contextkit.sim.config import RequestRecord
 GATEWAY_FAULTS = ("fault:413", "fault:413-html")
 LIKELY_PAYLOAD_MIN_BYTES = 500_000
 RECENT = 8  # outcomes that count as recent (contextkit.limits.evidence.RECENT)
+MIN_PLAUSIBLE_CAP = 4_096  # contextkit.limits.evidence.MIN_PLAUSIBLE_CAP
 
 
 def is_gateway_rejection(record: RequestRecord) -> bool:
@@ -50,7 +51,8 @@ def binding_rejections(records: Sequence[RequestRecord]) -> list[tuple[int, int]
             drops[r.body_sha256] = drops.get(r.body_sha256, 0) + 1
             repeated = drops[r.body_sha256] >= 2
             smaller_recently = any(ok and n < r.bytes for n, ok in recent)
-            if repeated and largest_accepted < r.bytes and (smaller_recently or r.bytes > LIKELY_PAYLOAD_MIN_BYTES):
+            plausible = r.bytes >= MIN_PLAUSIBLE_CAP  # no gateway limits bodies below it: a drop there is no size
+            if plausible and repeated and largest_accepted < r.bytes and (smaller_recently or r.bytes > LIKELY_PAYLOAD_MIN_BYTES):
                 out.append((r.seq, r.bytes))
             recent.append((r.bytes, False))
         else:
