@@ -2,8 +2,8 @@
 
 A rejection of S bytes is *binding* (evidence of a size limit) when nothing the endpoint accepted
 earlier was at least S bytes: a 413 or the gateway's own cap (whatever page it answers with), or a
-connection dropped (or an empty 5xx) twice for the same body while a smaller request succeeded
-recently (or above 500 KB). A single stray rejection of a body smaller than one already accepted,
+connection dropped (or an empty 5xx) by the gateway's cap twice for the same body while a smaller
+request succeeded recently (or above 500 KB); a one-shot drop fault is an outage, not a size. A single stray rejection of a body smaller than one already accepted,
 a first drop, and a one-shot firewall page (the simulator's ``waf403`` fault: a page that states no
 size, which the session may rightly read as a content block) are not evidence - the session may
 send that size again. After a binding rejection, no request to that simulator may be >= S.
@@ -52,7 +52,10 @@ def binding_rejections(records: Sequence[RequestRecord]) -> list[tuple[int, int]
             repeated = drops[r.body_sha256] >= 2
             smaller_recently = any(ok and n < r.bytes for n, ok in recent)
             plausible = r.bytes >= MIN_PLAUSIBLE_CAP  # no gateway limits bodies below it: a drop there is no size
-            if plausible and repeated and largest_accepted < r.bytes and (smaller_recently or r.bytes > LIKELY_PAYLOAD_MIN_BYTES):
+            # a one-shot drop fault is not a size (an outage): the session may read it as one while the turn
+            # lasts, and a failed turn rolls that reading back - only the gateway's real cap binds
+            real = r.reason.startswith("body ")
+            if real and plausible and repeated and largest_accepted < r.bytes and (smaller_recently or r.bytes > LIKELY_PAYLOAD_MIN_BYTES):
                 out.append((r.seq, r.bytes))
             recent.append((r.bytes, False))
         else:
