@@ -159,7 +159,10 @@ class CapEvent(Event):
     cap_bytes: int = 0
     previous_bytes: int | None = None
     rejected_bytes: int | None = None
-    source: str = "configured"  # configured | learned | assumed | probe | reset
+    source: str = "configured"  # configured | learned | assumed | probe | reset | rollback
+    # the endpoint's interval when the cap changed: the cap sits between them (None: nothing known yet)
+    known_to_pass: int | None = None
+    known_to_fail: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,7 +172,11 @@ class LimitEvent(Event):
     ``limit`` is ``cap`` (payload bytes), ``window`` (tokens), ``turn_budget`` or ``per_result_budget``
     (tool-result chars). ``source``: ``learned`` (from a size failure), ``probe`` (raised after clean
     turns), ``episode`` (halved for a recovery episode), ``restored`` (back after clean turns),
-    ``reset`` (``Session.reset_limits()``), ``assumed`` (nothing known; said once).
+    ``reset`` (``Session.reset_limits()``), ``assumed`` (nothing known; said once), ``rollback`` (a
+    failed turn's inferences undone), ``loaded`` (``Session.load``).
+
+    ``known_to_pass`` / ``known_to_fail``: the endpoint's interval (bytes) when the limit changed -
+    the largest body it accepted and the smallest it rejected for its size; the cap sits between.
     """
 
     type: ClassVar[str] = "limit"
@@ -180,6 +187,8 @@ class LimitEvent(Event):
     evidence: str = ""
     rejected_bytes: int | None = None
     accepted_bytes: int | None = None
+    known_to_pass: int | None = None
+    known_to_fail: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

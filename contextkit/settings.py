@@ -214,6 +214,12 @@ class Limits:
     clients that failed together do not retry together (a provider's ``Retry-After`` wins). No
     environment variable. Default: ``0.5``."""
 
+    max_retry_wait: float = 60.0
+    """The longest wait, in seconds, before one retry: a provider's ``Retry-After`` (seconds or an
+    HTTP-date) is honoured up to this; one that asks for longer fails the turn at once with a
+    message saying how long the provider asked for (sleeping less would only be refused again). No
+    environment variable. Default: ``60.0``."""
+
     cap_probe_turns: int = 8
     """Turns without a size failure after which a learned payload cap is raised a quarter (never to a
     size the endpoint refused), so one early refusal does not cap the session for good; 0: never. No

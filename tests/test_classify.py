@@ -75,7 +75,7 @@ TABLE: list[tuple[str, str, int | None, FailureKind]] = [
     ("llama.cpp requested tokens", "Requested tokens (5965) exceed context window of 2048", 400, OVER),
     ("llama-cpp-python", "This model's maximum context length is 2048 tokens. However, you requested 5981 tokens (5965 in the messages, 16 in the completion). Please reduce the length of the messages or completion.", 400, OVER),
     ("openai message content over 10 MB", "Invalid 'messages[3].content': string too long. Expected a string with maximum length 10485760, but got a string with length 12000000 instead.", 400, OVER),
-    ("groq 413 tpm", "Request too large for model `llama-3.1-8b-instant` in organization `org_01` service tier `on_demand` on tokens per minute (TPM): Limit 6000, Requested 12000, please reduce your message size and try again.", 413, OVER),
+    ("groq 413 tpm", "Request too large for model `llama-3.1-8b-instant` in organization `org_01` service tier `on_demand` on tokens per minute (TPM): Limit 6000, Requested 12000, please reduce your message size and try again.", 413, RATE),  # a token rate, not the window
     ("generic", "context length exceeded", None, OVER),
     ("generic token limit", "token limit exceeded for this deployment", None, OVER),
     ("litellm str", "litellm.ContextWindowExceededError: litellm.BadRequestError: ContextWindowExceededError: OpenAIException - prompt is too long: 210000 tokens > 200000 maximum", 400, OVER),

@@ -259,7 +259,7 @@ def test_newest_user_message_that_cannot_fit_even_as_an_excerpt_names_the_messag
     # request has itself been refused, not before and not after more attempts
     assert info.value.rejected_bytes == sizes[-1] and info.value.base_bytes >= sizes[-1]
     text = str(info.value)
-    assert "newest message is 195.3 KB" in text and "shorter message" in text and "system prompt is 63." in text
+    assert "newest message is 195.3 KB of text" in text and "shorter message" in text and "system prompt is 63." in text
     assert session.history[-1].role == "system"  # the failed turn left no trace
 
 

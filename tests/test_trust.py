@@ -266,7 +266,7 @@ def test_the_floor_message_names_real_sizes_and_no_system_prompt_when_there_is_n
         session.send("hi")
     text = str(info.value)
     schemas = format_size(request_bytes([], tools=session.tool_schemas) - request_bytes([]))  # about 34 KB
-    assert "system prompt" not in text and f"tool schemas are {schemas}" in text and "newest message is 2 B" in text
+    assert "system prompt" not in text and f"tool schemas are {schemas}" in text and "newest message is 2 B of text" in text
     assert session.history == []
 
 

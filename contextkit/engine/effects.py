@@ -62,7 +62,7 @@ class Sleep:
 class StreamNote:
     """Tells a streaming driver what the flow decided (only yielded by a streamed turn; other
     drivers send back ``None``): ``kind`` is a ``StreamEvent`` kind (tool_round, retry,
-    continuation, voided), ``text`` its text, ``show`` text the reader must see now (the marker
+    continuation, voided, done: the turn's reply is ready), ``text`` its text, ``show`` text the reader must see now (the marker
     line of a voided answer, the line break after a tool round's text)."""
 
     kind: str

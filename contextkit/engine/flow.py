@@ -44,18 +44,26 @@ from contextkit.errors import AuthenticationFailed, ProviderError, RecoveryFaile
 from contextkit.failures.classify import Failure, FailureKind
 from contextkit.limits.context import Effect, Flow, FlowContext, emit_history, measure
 from contextkit.limits.evidence import Lesson, Verdict, judge
-from contextkit.limits.learning import after_clean_turn, restore_budgets
+from contextkit.limits.learning import (
+    after_clean_turn,
+    note_accepted,
+    restore_budgets,
+    roll_back_limits,
+    snapshot_limits,
+)
 from contextkit.limits.preflight import (
     check_known_floor,
     compact_if_needed,
     known_to_fail,
     outgoing,
+    output_room,
     request_for,
+    reserve_output,
     summarizer_window,
     turn_boundary,
 )
-from contextkit.limits.recovery import KNOWN_LIMIT, Episode, record_recovery, recover
-from contextkit.limits.state import CONTINUATION
+from contextkit.limits.recovery import KNOWN_LIMIT, Episode, record_recovery, recover, weigh_size_reading
+from contextkit.limits.state import CONTINUATION, LimitsSnapshot
 from contextkit.messages import Message
 from contextkit.sizing import Measure
 
@@ -115,6 +123,8 @@ class _Prepared:
     refusal: str | None  # why the request is known to fail (it is not sent), or None
 
 
+CONTINUATION_TOKENS = 64  # the continuation prompt and its framing, in the window an escalation must leave room in
+
 # What a step tells the loop: go round again, or the turn's reply.
 _AGAIN = None
 
@@ -145,15 +155,19 @@ def turn_flow(
     st = ctx.state
     before = list(st.history)
     undo = _undo_snapshot(ctx)
+    limits = snapshot_limits(ctx)
     st.turns += 1
     this_turn = st.turns
     try:
         st.history = [*before, *new_messages]
         emit_history(ctx, "user")
-        return (yield from _rounds(ctx, before, stream, max_rounds, hand_back_tools))
+        reply = yield from _rounds(ctx, before, stream, max_rounds, hand_back_tools)
+        if stream:  # inside the transaction: a Ctrl-C from a subscriber of "done" still rolls the turn back
+            yield StreamNote("done", reason=getattr(reply, "finish_reason", "") or "")
+        return reply
     except BaseException as exc:
         if st.turns == this_turn:  # not a flow abandoned long ago and closed by the garbage collector
-            _roll_back(ctx, before, undo, exc)
+            _roll_back(ctx, before, undo, exc, limits)
         raise
 
 
@@ -189,8 +203,13 @@ def _prepare(ctx: FlowContext, stream: bool) -> Generator[Effect, Any, _Prepared
         params["max_tokens"] = st.max_tokens
     if stream or st.max_tokens:
         sent = measure(ctx, out, **params, stream=stream)
+    asked = params.get("max_tokens")
+    refusal = reserve_output(ctx, sent, params)
+    if params.get("max_tokens") != asked:
+        sent = measure(ctx, out, **params, stream=stream)
+    st.asked_output = int(params.get("max_tokens") or 0)
     request = request_for(ctx, out, sent, {**params, "stream": stream} if stream else params)
-    return _Prepared(out, request.sent, params, request, known_to_fail(ctx, request.sent))
+    return _Prepared(out, request.sent, params, request, known_to_fail(ctx, request.sent) or refusal)
 
 
 def _climb_unsent(ctx: FlowContext, turn: _TurnTally, before: list[Message], prepared: _Prepared) -> Flow:
@@ -258,7 +277,7 @@ def _after_failure(
     st.stats.count_failure(failure.kind.value)
     model = fallback.active(ctx, turn.model_index)[0]
     if outcome.partial:  # the model had started answering: the body was accepted
-        ctx.evidence(model).accepted(sent.bytes, sent.tokens)
+        note_accepted(ctx, sent.bytes, sent.tokens, model)
     if failure.kind == FailureKind.AUTH:
         raise AuthenticationFailed(
             f"the provider refused the credentials ({failure.reason}); check api_key / the provider's key "
@@ -266,7 +285,14 @@ def _after_failure(
             failure=failure,
         ) from outcome.error
     ev = ctx.evidence(model)
-    verdict = judge(ev, failure, sent_bytes=sent.bytes, sent_tokens=sent.tokens, seen=ev.failed(digest))
+    shrunk_from = episode.dropped if failure.connection_drop else None
+    if failure.kind == FailureKind.WAF_REJECTION:
+        shrunk_from = episode.waf_refused
+    verdict = judge(ev, failure, sent_bytes=sent.bytes, sent_tokens=sent.tokens, seen=ev.failed(digest),
+                    shrunk_from=shrunk_from)  # fmt: skip
+    ev.failed_at(sent.bytes)
+    if verdict.lesson == Lesson.RECOVER:
+        verdict = weigh_size_reading(ctx, verdict, sent, episode)
     if verdict.lesson == Lesson.FAIL and answer.interrupted and not answer.voids:
         # The provider refuses to continue the interrupted answer: void it and ask again.
         yield from answer.void(ctx, failure, stream)
@@ -277,6 +303,16 @@ def _after_failure(
         ctx.notify(
             "continuation_refused",
             f"the provider refused to continue the answer cut at max_tokens ({failure.reason}); "
+            "the reply is the answer so far (finish_reason=length)",
+            "warning",
+        )
+        return _finish(ctx, turn, ModelReply("", finish_reason="length"), prepared.out)
+    if failure.kind == FailureKind.CONTEXT_OVERFLOW and answer.parts and not answer.interrupted and st.max_tokens:
+        # The escalated continuation does not fit the window (the provider counts the output): end
+        # the turn with the answer so far, as a turn without escalation would, not lose its parts.
+        ctx.notify(
+            "escalation_overflow",
+            f"the continuation with max_tokens={st.max_tokens} does not fit the window ({failure.reason}); "
             "the reply is the answer so far (finish_reason=length)",
             "warning",
         )
@@ -296,8 +332,8 @@ def _after_failure(
             return _AGAIN
     if verdict.lesson == Lesson.FAIL:
         raise ProviderError(
-            f"request failed: {verdict.failure.reason}. This is not a size problem, so this failure compacted "
-            "nothing and taught no limit; the history is as it was before this turn.",
+            f"request failed: {verdict.failure.reason}. This is not a size problem, so the turn taught no limit: "
+            "the history and the limits are as they were before this turn.",
             failure=verdict.failure,
         ) from outcome.error
     turn.size_failures += 1
@@ -327,9 +363,20 @@ def _retry(
             "provider drops large bodies, set Limits(max_payload=...) to its limit.",
             failure=verdict.failure,
         ) from outcome.error
+    delay = retry_delay(ctx, failure, turn.retries + (0 if once else 1))
+    if delay > st.limits.max_retry_wait:
+        to = fallback.next_index(ctx, turn.model_index)
+        if to is not None and not outcome.partial:
+            _move(ctx, turn, to, f"{verdict.why}; the provider asks to wait {delay:,.0f} s")
+            return
+        raise ProviderError(
+            f"request failed: {verdict.why}. The provider asks to wait {delay:,.0f} s before the next try, longer "
+            f"than Limits(max_retry_wait={st.limits.max_retry_wait:g}); try again later, or raise max_retry_wait "
+            "to wait that long. The history and the limits are as they were before this turn.",
+            failure=verdict.failure,
+        ) from outcome.error
     turn.retries += 0 if once else 1
     st.stats.retries += 1
-    delay = failure.retry_after if failure.retry_after is not None else backoff(ctx, turn.retries)
     again = "continuing the answer from where it stopped" if outcome.partial else "retrying"
     ctx.notify("retry", f"{verdict.why} - {again} in {delay:.1f} s", "info")
     yield Sleep(delay)
@@ -340,6 +387,16 @@ def _move(ctx: FlowContext, turn: _TurnTally, to: int, why: str) -> None:
     """The turn's next request goes to the chain's entry ``to``, with a fresh retry count."""
     fallback.move(ctx, turn.model_index, to, why)
     turn.model_index, turn.retries = to, 0
+
+
+def retry_delay(ctx: FlowContext, failure: Failure, retries: int) -> float:
+    """Seconds to wait before the next try: the provider's ``Retry-After`` (seconds, or an HTTP-date
+    read against the session's clock) when it gave one, else the back-off."""
+    if failure.retry_after is not None:
+        return max(0.0, failure.retry_after)
+    if failure.retry_at is not None:
+        return max(0.0, failure.retry_at - ctx.clock())
+    return backoff(ctx, retries)
 
 
 def backoff(ctx: FlowContext, retries: int) -> float:
@@ -355,7 +412,8 @@ def _after_reply(
     """The request went through: count it, end a recovery episode, then run the model's tool calls,
     an ``@recall`` round, or a ``max_tokens`` escalation - or finish the turn."""
     st, sent, answer = ctx.state, prepared.sent, turn.answer
-    ctx.evidence(fallback.active(ctx, turn.model_index)[0]).accepted(sent.bytes, sent.tokens)
+    note_accepted(ctx, sent.bytes, sent.tokens, fallback.active(ctx, turn.model_index)[0])
+    st.keep_newest_whole = False  # a size reading under test is confirmed: the smaller request went through
     if outcome.prompt_tokens and not outcome.context_edits:
         # the provider's count of this request calibrates ours (every window decision); a request the
         # provider edited server-side counts fewer tokens than were sent, so it teaches nothing
@@ -400,7 +458,7 @@ def _after_reply(
             yield StreamNote("tool_round", shown, reason="@recall", show="" if shown.endswith("\n") else "\n")
         return _AGAIN
     if outcome.finish_reason == "length" and turn.escalations < st.limits.max_token_escalations:
-        escalated = yield from _escalate(ctx, turn, outcome, stream)
+        escalated = yield from _escalate(ctx, turn, outcome, stream, sent.tokens)
         if escalated:
             return _AGAIN
     return _finish(ctx, turn, outcome, prepared.out)
@@ -417,12 +475,17 @@ def _count_usage(st: Any, turn: _TurnTally, outcome: ModelReply) -> None:
     st.stats.cache_write_tokens += outcome.cache_write_tokens
 
 
-def _escalate(ctx: FlowContext, turn: _TurnTally, outcome: ModelReply, stream: bool) -> Generator[Effect, Any, bool]:
-    """The reply was cut at ``max_tokens``: double it (up to the model's output cap) and ask the model
-    to continue; False when it cannot grow."""
+def _escalate(
+    ctx: FlowContext, turn: _TurnTally, outcome: ModelReply, stream: bool, prompt_tokens: int = 0
+) -> Generator[Effect, Any, bool]:
+    """The reply was cut at ``max_tokens``: double it (up to the model's output cap, and never above
+    what the window leaves once the answer so far is part of the prompt) and ask the model to
+    continue; False when it cannot grow (the turn ends with the answer so far)."""
     st = ctx.state
     current = st.max_tokens or int(ctx.params.get("max_tokens") or 4096)
-    new = min(current * 2, _output_cap(ctx))
+    answered = outcome.completion_tokens or len(outcome.content) // 4
+    left = output_room(ctx, prompt_tokens + answered + CONTINUATION_TOKENS)
+    new = min(current * 2, _output_cap(ctx), left)
     if new <= current:
         return False
     turn.escalations += 1
@@ -513,11 +576,14 @@ def _undo_snapshot(ctx: FlowContext) -> tuple[list[Any], list[Any]] | None:
 
 
 def _roll_back(ctx: FlowContext, before: list[Message], undo: tuple[list[Any], list[Any]] | None,
-               exc: BaseException) -> None:  # fmt: skip
-    """The turn failed: nothing of it stays in the history (the events keep the record)."""
+               exc: BaseException, limits: LimitsSnapshot) -> None:  # fmt: skip
+    """The turn failed: nothing of it stays in the history, and nothing it inferred stays in the
+    limits and evidence (the events keep the record; self-standing facts such as a 413 stay)."""
     st = ctx.state
     st.history = before
     st.max_tokens = None
+    st.keep_newest_whole = False
+    roll_back_limits(ctx, limits)
     if undo is not None:  # compactions made inside the failed turn cannot be rewound to
         ctx.compactor.undo_stack[:] = undo[0]
         if hasattr(ctx.compactor, "undo_results"):

@@ -106,6 +106,9 @@ class StreamTap:
             self.events.append(self._event("tool_round", note.text, note.reason, note.level))
             self._restart()  # the next round is a new answer
             return shown
+        if note.kind == "done":
+            self.done(note.reason)
+            return []
         self.events.append(self._event(note.kind, note.text, note.reason, note.level))
         for text in shown:
             self.delta(text)
@@ -117,10 +120,10 @@ class StreamTap:
         self.chars = self.tokens = 0
         self._answer = []
 
-    def done(self, reply: Reply) -> None:
+    def done(self, finish_reason: str | None) -> None:
         answer = "".join(self._answer)
         self.chars, self.tokens = len(answer), text_tokens(answer, self.model)
-        self.events.append(self._event("done", reason=reply.finish_reason))
+        self.events.append(self._event("done", reason=finish_reason or ""))
 
     def cancelled(self) -> None:
         self.events.append(self._event("cancelled", reason="the reader stopped the stream"))
@@ -152,8 +155,7 @@ class _StreamedTurn:
         try:
             return self.flow.send(value)
         except StopIteration as stop:
-            self.out.reply = stop.value
-            self.tap.done(stop.value)
+            self.out.reply = stop.value  # the flow's last note published "done"
             return None
 
     def relay(self, text: str) -> str:

@@ -18,11 +18,17 @@ Precedence (first rule that matches wins):
 1. ``PAYLOAD_TOO_LARGE`` - a byte-size phrase (``PAYLOAD_PHRASES``: "request entity too large",
    ``request_too_large`` ...). This comes first because litellm's Anthropic route turns a real
    413 into a ``BadRequestError`` with status 400; only the body still tells.
+0. ``RATE_LIMIT`` - a 413 / 429 about tokens per minute (``TOKEN_RATE_PHRASES``: Groq answers a
+   request above its tier's TPM with 413 "Request too large ... tokens per minute").
+1b. The byte-size phrases include LiteLLM's proxy ("Request size is too large", a 400 with
+   ``"param": "content-length"``) and IIS request filtering (HTTP Error 404.13).
 2. Status 413 / 431 - ``PAYLOAD_TOO_LARGE``, except a 413 whose body speaks about tokens or
    context (Groq, the "prompt length above the limit" vector), which is ``CONTEXT_OVERFLOW``.
 3. ``WAF_REJECTION`` - status 403 plus a firewall/proxy signal (``WAF_SIGNALS``, ``WAF_HEADERS``,
    a Cloudflare ``server`` header) or an HTML block page (an HTML document in the body, or
-   ``HTML_AS_JSON_FINGERPRINTS`` such as "invalid character '<' looking for beginning of value").
+   ``HTML_AS_JSON_FINGERPRINTS`` such as "invalid character '<' looking for beginning of value"),
+   also when a proxy re-wrapped it as JSON (LiteLLM's proxy: an ``llm_provider-content-type:
+   text/html`` header, or the page JSON-escaped in the message).
 4. ``AUTH`` - status 401 / 403 / 407 (a plain 403 never starts recovery).
 5. ``RATE_LIMIT`` - status 429, a ``RateLimitError``, or ``RATE_LIMIT_PHRASES`` ("tokens per
    minute" is a rate limit, not an overflow).
@@ -40,6 +46,8 @@ Precedence (first rule that matches wins):
    budget is too big ("max_tokens is too large ... completion tokens") is ``OTHER``: compaction
    cannot fix it.
 8. ``TRANSIENT`` - the server was never reached (connection refused, DNS): nothing to learn.
+8b. A 5xx with an empty body (Caddy's ``request_body max_size`` answers 502 and nothing else): no
+   answer at all, like a drop (``Failure.connection_drop``); the evidence decides whether it is a size.
 9. Connection loss (``CONNECTION_PHRASES``, ``CONNECTION_CLASSES``: reset, EOF, broken pipe,
    stream error, "Server disconnected", litellm's "Connection error.") - ``LIKELY_PAYLOAD`` when
    the history or request is larger than ``LIKELY_PAYLOAD_MIN_BYTES`` (500 KB), else
@@ -60,6 +68,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
 from contextkit.failures.phrases import (
@@ -74,6 +83,7 @@ from contextkit.failures.phrases import (
     FIELD_NAME,
     HTML_AS_JSON_FINGERPRINTS,
     HTML_DOCUMENT,
+    HTML_ESCAPED,
     LIKELY_PAYLOAD_MIN_BYTES,
     OUTPUT_LIMIT_PHRASES,
     OVERFLOW_EXCESS,
@@ -85,8 +95,10 @@ from contextkit.failures.phrases import (
     SERVER_PHRASES,
     TIMEOUT_CLASSES,
     TIMEOUT_PHRASES,
+    TOKEN_RATE_PHRASES,
     UNREACHABLE_CLASSES,
     UNREACHABLE_PHRASES,
+    UPSTREAM_CONTENT_TYPE,
     WAF_HEADERS,
     WAF_SERVERS,
     WAF_SIGNALS,
@@ -141,6 +153,10 @@ class Failure:
     retry_after: float | None = None
     provider_message: str = ""
     window_tokens: int | None = None  # the window an overflow message names (e.g. 4096), else None
+    # the output an overflow message says the provider counted against the window (vLLM: "... 1200 in
+    # the completion"; TGI: "500 `max_new_tokens`"), else None
+    output_tokens: int | None = None
+    retry_at: float | None = None  # a Retry-After given as an HTTP-date (seconds since the epoch)
     connection_drop: bool = False  # the connection closed before any answer (nginx ``return 444``, a reset)
 
     @property
@@ -179,7 +195,10 @@ def classify_failure(
     ev = gather_evidence(error, status)
     kind, reason = _decide(ev, history_bytes, request_bytes)
     sent = request_bytes if request_bytes is not None else ev.annotated_bytes
-    retry_after = _retry_after(ev) if kind in (FailureKind.RATE_LIMIT, FailureKind.TRANSIENT) else None
+    waits = kind in (FailureKind.RATE_LIMIT, FailureKind.TRANSIENT)
+    retry_at = _retry_at(ev) if waits else None  # a header date wins over a delay written in the text
+    retry_after = _retry_after(ev) if waits and retry_at is None else None
+    overflow = kind == FailureKind.CONTEXT_OVERFLOW
     return Failure(
         kind=kind,
         reason=reason,
@@ -187,7 +206,9 @@ def classify_failure(
         status=ev.status,
         retry_after=retry_after,
         provider_message=ev.message,
-        window_tokens=window_from_message(ev.text) if kind == FailureKind.CONTEXT_OVERFLOW else None,
+        window_tokens=window_from_message(ev.text) if overflow else None,
+        output_tokens=output_from_message(ev.text) if overflow else None,
+        retry_at=retry_at,
         connection_drop=kind == FailureKind.LIKELY_PAYLOAD or reason.startswith(NETWORK_ERROR),
     )
 
@@ -208,8 +229,35 @@ def window_from_message(text: str) -> int | None:
     return None
 
 
+_OUTPUT_COUNTED = (
+    re.compile(r"(\d+) in the completion"),  # vLLM, OpenAI, Azure, DeepSeek
+    re.compile(r"(\d+) `max_new_tokens`"),  # Hugging Face TGI
+)
+
+
+def output_from_message(text: str) -> int | None:
+    """The output tokens an overflow message says the provider counted against the window, or None
+    (0 in the completion: it did not count any)."""
+    for pattern in _OUTPUT_COUNTED:
+        if (match := pattern.search(text.lower())) and int(match.group(1)) > 0:
+            return int(match.group(1))
+    return None
+
+
 def _decide(ev: ErrorEvidence, history_bytes: int | None, request_bytes: int | None) -> tuple[FailureKind, str]:
     text, status, classes = ev.text, ev.status, ev.classes
+    if status in (413, 429) and (rate := _first(text, TOKEN_RATE_PHRASES)):
+        # Groq's 413 "Request too large ... on tokens per minute (TPM)": the tier's token rate, not bytes
+        asked = re.search(r"limit (\d+), requested (\d+)", text)
+        alone = (
+            "; this one request is above the per-minute limit by itself: shorten it or raise the provider's tier"
+            if asked and int(asked.group(2)) > int(asked.group(1))
+            else ""
+        )
+        return (
+            FailureKind.RATE_LIMIT,
+            f"rate limited ({status}: {rate.strip('()')} - a token rate limit, not the body size{alone})",
+        )
     if phrase := _first(text, PAYLOAD_PHRASES):
         label: object = status if status in (413, 431) else (_written_413(text) or phrase)
         limit = "header" if label == 431 else "payload"
@@ -254,6 +302,9 @@ def _decide(ev: ErrorEvidence, history_bytes: int | None, request_bytes: int | N
             return FailureKind.LIKELY_PAYLOAD, f"suspected payload limit (large history {format_size(size)} + {net})"
         where = f", {format_size(size)} is below the 500 KB payload threshold" if size is not None else ""
         return FailureKind.TRANSIENT, f"{NETWORK_ERROR} ({net}{where})"
+    if status is not None and status >= 500 and ev.empty_body:
+        # Caddy's request_body max_size, a load balancer giving up: no answer at all, like a drop
+        return FailureKind.TRANSIENT, f"{NETWORK_ERROR} (empty {status} from the gateway: no answer)"
     if classes & {"AuthenticationError", "PermissionDeniedError"} or _first(text, AUTH_PHRASES):
         return FailureKind.AUTH, "authentication or permission error"
     if (status is not None and (status >= 500)) or _first(text, SERVER_PHRASES):
@@ -316,6 +367,8 @@ def _waf_signal(ev: ErrorEvidence) -> str | None:
         return "security signal 'waf'"
     if HTML_DOCUMENT.search(ev.text) or _first(ev.text, HTML_AS_JSON_FINGERPRINTS):
         return "HTML block page"
+    if any(ev.headers.get(h, "").startswith("text/html") for h in UPSTREAM_CONTENT_TYPE) or HTML_ESCAPED.search(ev.text):
+        return "an HTML page re-wrapped by a proxy"  # a gateway's block page, not bad credentials
     return None
 
 
@@ -338,11 +391,22 @@ def _retry_after(ev: ErrorEvidence) -> float | None:
         try:
             return float(value)
         except ValueError:
-            pass  # an HTTP date: not worth a date parser here
+            pass  # an HTTP-date: ``_retry_at`` reads it (the flow has the clock)
     if match := _RETRY_IN_TEXT.search(ev.text):
         seconds = float(match.group(1))
         return seconds / 1000 if match.group(2) == "ms" else seconds
     return None
+
+
+def _retry_at(ev: ErrorEvidence) -> float | None:
+    """A ``Retry-After`` given as an HTTP-date ("Wed, 21 Oct 2026 07:28:00 GMT"), as epoch seconds."""
+    value = ev.headers.get("retry-after")
+    if not value or value.strip().replace(".", "", 1).isdigit():
+        return None  # absent, or seconds (``_retry_after``)
+    try:
+        return parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
 
 
 def _first(text: str, phrases: tuple[str, ...]) -> str | None:

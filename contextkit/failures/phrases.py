@@ -15,7 +15,11 @@ PAYLOAD_PHRASES = (
     "request header fields too large", "header fields too large", "request_too_large",
     "maximum allowed number of bytes", "payload size exceeds", "client_max_body_size",
     "request size exceeds", "request too long",
+    "request size is too large",  # LiteLLM's proxy (max_request_size_mb), 400 with "param": "content-length"
+    "exceeds the request content length", "error 404.13",  # IIS request filtering (maxAllowedContentLength)
 )  # fmt: skip
+# A 413 about tokens per minute is a rate limit (Groq answers a request above its tier's TPM with 413)
+TOKEN_RATE_PHRASES = ("tokens per minute", "tokens per min", "(tpm)", "tokens per day")
 OVERFLOW_PHRASES = (
     "context length", "context window", "context_length_exceeded", "context-length-exceeded",
     "maximum context", "max context", "context limit",
@@ -64,6 +68,10 @@ HTML_AS_JSON_FINGERPRINTS = (
     "unexpected token '<'", "expecting value: line 1 column 1",
 )  # fmt: skip
 HTML_DOCUMENT = re.compile(r"<\s*(?:!doctype\s+html|html[\s>])")
+# an HTML page JSON-escaped inside a proxy's error message (LiteLLM's proxy re-wrapping an upstream 403)
+HTML_ESCAPED = re.compile(r"\\u003c\s*(?:!doctype\s+html|html\b)")
+# headers a proxy copies from the upstream's reply: LiteLLM's proxy prefixes them with llm_provider-
+UPSTREAM_CONTENT_TYPE = ("llm_provider-content-type",)
 RATE_LIMIT_PHRASES = (
     "rate limit", "rate_limit", "ratelimit", "too many requests", "tokens per min", "requests per min",
     "tokens per day", "requests per day", "quota exceeded", "exceeded your current quota", "resource exhausted",

@@ -26,6 +26,7 @@ class ErrorEvidence:
     annotated_bytes: int | None
     message: str
     mid_stream_output: bool
+    empty_body: bool = False  # a response came back with no body at all (Content-Length 0 or empty text)
 
 
 def exception_chain(error: BaseException) -> Iterator[BaseException]:
@@ -54,6 +55,7 @@ def gather_evidence(error: BaseException | str | None, status: int | None) -> Er
     real_status: int | None = None
     annotated: int | None = None
     body_text = ""
+    responses = 0
     for exc in exception_chain(error):
         classes.update(c.__name__ for c in type(exc).__mro__)
         texts.append(safe_str(exc))
@@ -64,6 +66,7 @@ def gather_evidence(error: BaseException | str | None, status: int | None) -> Er
             if isinstance(value, str) and value:
                 texts.append(value)
         response = getattr(exc, "response", None)
+        responses += response is not None and getattr(response, "status_code", None) is not None
         resp_text = _response_text(response)
         if resp_text:
             texts.append(resp_text)
@@ -85,7 +88,8 @@ def gather_evidence(error: BaseException | str | None, status: int | None) -> Er
     generated = getattr(error, "generated_content", None)
     mid_stream = "MidStreamFallbackError" in classes and bool(generated)
     message = (body_text or safe_str(error)).strip()[:2000]
-    return ErrorEvidence(text, chosen, classes, headers, annotated, message, mid_stream)
+    empty = headers.get("content-length") == "0" or (responses > 0 and not body_text.strip())
+    return ErrorEvidence(text, chosen, classes, headers, annotated, message, mid_stream, empty)
 
 
 def safe_str(exc: BaseException) -> str:

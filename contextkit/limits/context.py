@@ -45,6 +45,8 @@ class FlowContext:
     fallbacks: tuple[tuple[str, dict[str, Any], int | None], ...] = ()
     fallback_on_overflow: bool = False  # a fallback with a larger window may take an overflowing turn
     expect_rebuild: bool = False  # the provider edited the prompt: the next cache write is a rebuild it caused
+    # seconds since the epoch: to turn a Retry-After HTTP-date into a wait (the session passes time.time)
+    clock: Callable[[], float] = field(default=lambda: 0.0)
 
     def evidence(self, endpoint: str | None = None) -> EndpointEvidence:
         """What the endpoint (the session's model unless named) showed this session."""

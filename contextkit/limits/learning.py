@@ -13,9 +13,12 @@ a notice. Only the session's own ``SessionState`` changes; process defaults are 
 
 from __future__ import annotations
 
+import copy
+
 from contextkit.events import CapEvent, LimitEvent
 from contextkit.limits.context import FlowContext, emit_history
 from contextkit.limits.evidence import probe_cap
+from contextkit.limits.state import Fact, LimitsSnapshot
 from contextkit.sizing import format_size
 
 
@@ -34,6 +37,8 @@ def _limit_event(ctx: FlowContext, limit: str, value: int | None, previous: int 
             evidence=evidence,
             rejected_bytes=rejected,
             accepted_bytes=ev.largest_accepted or None,
+            known_to_pass=ev.known_to_pass or None,
+            known_to_fail=ev.known_to_fail,
         )
     )
 
@@ -50,6 +55,7 @@ def set_cap(ctx: FlowContext, new: int | None, *, source: str, evidence: str, re
         st.cap_source = "configured" if new else None
     _limit_event(ctx, "cap", new, previous, source, evidence, rejected=rejected)
     cap_source = "learned" if source == "learned" else source
+    ev = ctx.evidence()
     ctx.events.append(
         CapEvent(
             session_id=st.session_id,
@@ -58,6 +64,8 @@ def set_cap(ctx: FlowContext, new: int | None, *, source: str, evidence: str, re
             previous_bytes=previous,
             rejected_bytes=rejected,
             source=cap_source,
+            known_to_pass=ev.known_to_pass or None,
+            known_to_fail=ev.known_to_fail,
         )
     )
 
@@ -70,7 +78,7 @@ def learn_cap(ctx: FlowContext, new: int, *, rejected: int, how: str) -> None:
     ctx.notify(
         "learned_cap",
         f"gateway rejected a {format_size(rejected)} request ({how}) - payload cap set to {format_size(new)} for "
-        "this session",
+        f"this session ({ev.describe_interval()})",
         "warning",
     )
 
@@ -146,7 +154,7 @@ def after_clean_turn(ctx: FlowContext) -> None:
     st.clean_turns = 0
     if new is None:
         return
-    evidence = f"{turns} turns without a size failure; {ev.describe()}"
+    evidence = f"{turns} turns without a size failure; {ev.describe_interval()}"
     set_cap(ctx, new, source="probe", evidence=evidence)
     ctx.notify("cap_probe", f"no size failure for {turns} turns - payload cap raised to {format_size(new)} ({evidence})",
                "info")  # fmt: skip
@@ -166,3 +174,59 @@ def reset_limits(ctx: FlowContext) -> None:
     st.clean_turns = 0
     ctx.notify("limits_reset", "learned limits reset to the configured ones; size evidence forgotten", "info")
     emit_history(ctx, "reset")
+
+
+def roll_back_limits(ctx: FlowContext, saved: LimitsSnapshot) -> None:
+    """A failed turn is a transaction for limits and evidence too: whatever it inferred (a cap from a
+    403 page or a drop, a window from a count) is undone; the self-standing facts it met are kept -
+    a 413 (and the cap it teaches), a window the provider stated, a body the endpoint accepted."""
+    st = ctx.state
+    facts = list(st.turn_facts)
+    st.evidence = copy.deepcopy(saved.evidence)
+    cap, cap_source, window, window_source = saved.cap, saved.cap_source, saved.context_window, saved.window_source
+    kept: list[str] = []
+    for fact in facts:
+        ev = st.evidence.of(fact.endpoint)
+        if fact.what == "accepted":
+            ev.accepted(fact.nbytes, fact.tokens)
+        elif fact.what == "rejected":
+            ev.rejected(fact.nbytes, fact.how)
+            kept.append(f"a {format_size(fact.nbytes)} request refused with {fact.how}")
+            if fact.value is not None and (cap is None or fact.value < cap):
+                cap, cap_source = fact.value, "learned"
+        elif fact.what == "window" and fact.value is not None:
+            if fact.tokens:
+                ev.overflowed(fact.tokens)
+            window, window_source = fact.value, "learned"
+            kept.append(f"a {fact.value:,}-token window the provider stated")
+    st.clean_turns = saved.clean_turns
+    why = "the failed turn's inferences are rolled back" + (f"; kept: {', '.join(kept)}" if kept else "")
+    changed = st.cap != cap or st.context_window != window
+    if st.cap != cap:
+        set_cap(ctx, cap, source="rollback", evidence=why)
+    st.cap_source = cap_source
+    if st.context_window != window:
+        set_window(ctx, window, source="rollback", evidence=why)
+    st.window_source = window_source
+    if changed:
+        ctx.notify("limits_rolled_back", f"limits back to what they were before the turn ({why})", "info")
+
+
+def snapshot_limits(ctx: FlowContext) -> LimitsSnapshot:
+    """What ``roll_back_limits`` restores; the turn's facts start empty."""
+    st = ctx.state
+    st.turn_facts = []
+    return LimitsSnapshot(
+        st.cap, st.cap_source, st.context_window, st.window_source, copy.deepcopy(st.evidence), st.clean_turns
+    )
+
+
+def note_accepted(ctx: FlowContext, nbytes: int, tokens: int = 0, endpoint: str | None = None) -> None:
+    """A body went through: evidence, and a fact a failed turn keeps."""
+    name = endpoint or ctx.state.model
+    ctx.evidence(name).accepted(nbytes, tokens)
+    ctx.state.turn_facts.append(Fact("accepted", name, nbytes, tokens))
+
+
+def note_fact(ctx: FlowContext, fact: Fact) -> None:
+    ctx.state.turn_facts.append(fact)

@@ -31,6 +31,7 @@ from contextkit.sizing import MB, Measure, format_size, message_bytes
 
 NO_CAP_WARNING_BYTES = int(2.5 * MB)
 BYTES_PER_TOKEN = 4  # to size previews from the window: the usual ratio for English and code
+MIN_OUTPUT = 256  # the fewest output tokens worth asking for when the window must hold them too
 
 __all__ = [
     "Effect",
@@ -44,6 +45,7 @@ __all__ = [
     "known_to_fail",
     "measure",
     "outgoing",
+    "output_room",
     "request_for",
     "run_compaction",
     "summarizer_window",
@@ -137,6 +139,38 @@ def _preview_chars(ctx: FlowContext) -> int | None:
     return preview_chars(ctx.state.limits.tool_result_preview_share, min(limits) if limits else None)
 
 
+def token_limit(ctx: FlowContext) -> int:
+    """Tokens a request must stay below: the window, and below what already overflowed."""
+    return _token_limit(ctx)
+
+
+def output_room(ctx: FlowContext, prompt_tokens: int) -> int:
+    """Output tokens the window leaves beside a prompt of ``prompt_tokens`` (our count), less a
+    margin of 5% of the window (at least 64): the provider's tokenizer counts a little differently."""
+    limit = _token_limit(ctx)
+    return limit - prompt_tokens - max(64, limit // 20)
+
+
+def reserve_output(ctx: FlowContext, sent: Measure, params: dict[str, Any]) -> str | None:
+    """When the provider counts ``max_tokens`` against the window, a request reserves it: the asked
+    output is lowered to what the window leaves (``params`` changed in place), or - when less than
+    ``MIN_OUTPUT`` tokens would be left - the reason the request is not sent (the ladder shrinks it)."""
+    st = ctx.state
+    asked = int(params.get("max_tokens") or 0)
+    if not st.window_counts_output or not asked:
+        return None
+    room = output_room(ctx, sent.tokens)
+    if asked <= room:
+        return None
+    if room >= min(asked, MIN_OUTPUT):
+        params["max_tokens"] = room
+        return None
+    return (
+        f"the request is {sent.tokens:,} tokens and asks for {asked:,} output tokens; the provider counts the output "
+        f"against the {_token_limit(ctx):,}-token window"
+    )
+
+
 def _token_limit(ctx: FlowContext) -> int:
     """Tokens a request must stay below: the window, and below what already overflowed."""
     overflowed = ctx.evidence().smallest_overflow_tokens
@@ -157,8 +191,8 @@ def fit_newest_message(ctx: FlowContext) -> None:
     ``PayloadFloorError`` only when even the smallest excerpt cannot fit."""
     st = ctx.state
     i = newest_request_index(st.history)
-    if i is None:
-        return
+    if i is None or st.keep_newest_whole:
+        return  # (a size reading of a 403 page is being tested: only a whole message can confirm it)
     current = st.history[i]
     systems = [m for m in st.history if m.role == "system"]
     whole = measure(ctx, [*systems, current])
@@ -309,7 +343,10 @@ def check_known_floor(ctx: FlowContext) -> None:
     limit_bytes = _byte_limit(ctx)
     overflowed = ev.smallest_overflow_tokens
     if limit_bytes is not None and floor.bytes > limit_bytes:
-        text = f"The {st.cap_source or 'configured'} payload cap is {format_size(limit_bytes)}"
+        if st.cap is not None and limit_bytes == st.cap:
+            text = f"The {st.cap_source or 'configured'} payload cap is {format_size(limit_bytes)}"
+        else:  # no cap, or the endpoint's own rejection binds: nothing was configured
+            text = f"This endpoint rejected a {format_size(limit_bytes + 1)} request for its size ({ev.rejected_how})"
         raise PayloadFloorError(floor_text(ctx, text, floor), base_bytes=floor.bytes, rejected_bytes=limit_bytes + 1)
     if overflowed and floor.tokens >= overflowed:
         text = f"A {overflowed:,}-token request overflowed the model's window"

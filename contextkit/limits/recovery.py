@@ -4,18 +4,26 @@ own state; a failure that is not about size never reaches this module."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from contextkit.errors import PayloadFloorError
 from contextkit.events import RecoveryEvent
-from contextkit.failures.classify import Failure
+from contextkit.failures.classify import Failure, FailureKind
 from contextkit.limits.context import Flow, FlowContext, emit_history, measure
-from contextkit.limits.evidence import Verdict, gateway_how, learned_cap, learned_window
+from contextkit.limits.evidence import (
+    STRAY_BELOW,
+    Lesson,
+    Verdict,
+    gateway_how,
+    is_self_standing,
+    learned_cap,
+    learned_window,
+)
 from contextkit.limits.floor import floor_measure, floor_text
-from contextkit.limits.learning import halve_budgets, learn_cap, learn_window
+from contextkit.limits.learning import halve_budgets, learn_cap, learn_window, note_fact
 from contextkit.limits.preflight import compact_if_needed
-from contextkit.limits.state import PAYLOAD_NOTICE, PAYLOAD_NOTICE_CHAT
+from contextkit.limits.state import PAYLOAD_NOTICE, PAYLOAD_NOTICE_CHAT, Fact
 from contextkit.messages import Message
 from contextkit.policy.budgets import aggressive_level1
 from contextkit.policy.truncate import emergency_truncate
@@ -30,6 +38,36 @@ class Episode:
 
     level: int = 0
     window_learned: bool = False
+    waf_refused: int | None = None  # bytes of the smallest request a firewall page refused in this episode
+    dropped: int | None = None  # bytes of the smallest request whose drop (or empty 5xx) was read as its size
+    floor_whole: int = 0  # the smallest request with the newest message whole (a 403 page's size reading)
+
+
+def weigh_size_reading(ctx: FlowContext, verdict: Verdict, sent: Measure, episode: Episode) -> Verdict:
+    """A refusal that states no size (a firewall's 403 page) is size evidence only if a smaller
+    request with the same new content can pass. When the newest message alone keeps every request
+    near the refused size, the session cannot tell size from content without cutting that message
+    (an excerpt that drops a blocked line would "pass" and teach a limit that is not there): the
+    turn fails, saying both readings and the fix for each. Otherwise the newest message stays whole
+    until the smaller request answers."""
+    if not verdict.hypothesis:
+        return verdict
+    floor = floor_measure(ctx, excerpt_newest=False)
+    if floor.bytes >= STRAY_BELOW * sent.bytes and floor_measure(ctx).bytes < sent.bytes:
+        # only an excerpt of the newest message could get under the refused size: untestable
+        # (when nothing can, the floor diagnostic says so and names what is too big)
+        size = format_size(sent.bytes)
+        why = (
+            f"the gateway refused a {size} request ({gateway_how(verdict.failure)}) with a page that states no size, "
+            f"and no smaller request can keep your newest message whole (the smallest is {format_size(floor.bytes)}), "
+            "so size cannot be told from content: most likely its firewall objects to the content (rephrase or remove "
+            "what it blocks, such as a shell command or SQL-like text); if the gateway does limit body size, set "
+            f"Limits(max_payload=...) below {size}"
+        )
+        return Verdict(Lesson.FAIL, replace(verdict.failure, kind=FailureKind.OTHER, reason=why), why)
+    ctx.state.keep_newest_whole = True
+    episode.floor_whole = floor.bytes
+    return verdict
 
 
 def record_recovery(
@@ -75,8 +113,14 @@ def check_floor(ctx: FlowContext, failure: Failure, sent: Measure) -> int:
     floor = floor_measure(ctx)
     if floor.bytes >= rejected:
         record_recovery(ctx, "floor", failure=failure, before=sent)
+        page = (
+            f" with a {failure.status or 403} page that states no size (if its firewall objects to the content "
+            "instead, rephrase or remove what it blocks)"
+            if failure.kind == FailureKind.WAF_REJECTION
+            else ""
+        )
         raise PayloadFloorError(
-            floor_text(ctx, f"The gateway rejected a {format_size(rejected)} request", floor),
+            floor_text(ctx, f"The gateway rejected a {format_size(rejected)} request{page}", floor),
             base_bytes=floor.bytes,
             rejected_bytes=rejected,
             failure=failure,
@@ -102,10 +146,12 @@ def learn(ctx: FlowContext, verdict: Verdict, sent: Measure, episode: Episode) -
     ev = ctx.evidence()
     if verdict.about_window:
         stated = failure.window_tokens
+        overflowed = 0
         if stated is None or stated < sent.tokens:
             # our count agrees it overflowed: never send this many tokens again. (A stated window above
             # our count means the provider counts more, or reserves the output: the window is the lesson.)
             ev.overflowed(sent.tokens)
+            overflowed = sent.tokens
         got = learned_window(
             failure,
             sent.tokens,
@@ -116,14 +162,34 @@ def learn(ctx: FlowContext, verdict: Verdict, sent: Measure, episode: Episode) -
         if got is not None:
             learn_window(ctx, *got)
             episode.window_learned = True
+        asked = st.asked_output
+        if failure.output_tokens or (stated and sent.tokens < stated and asked and sent.tokens + asked > stated):
+            # the provider counted the asked output against the window (vLLM): from now on a
+            # request reserves it, instead of sending the identical body again after a no-op compaction
+            if not st.window_counts_output:
+                ctx.notify("window_counts_output", f"the provider counts max_tokens against the {st.context_window:,}"
+                           "-token window: requests reserve their output from now on", "info")  # fmt: skip
+            st.window_counts_output = True
+        if stated:  # the provider's own number: a fact a failed turn keeps
+            note_fact(ctx, Fact("window", st.model, tokens=overflowed if stated < sent.tokens else 0,
+                                value=st.context_window))  # fmt: skip
         return
     rejected = failure.rejected_bytes or sent.bytes
     how = gateway_how(failure)
     ev.rejected(rejected, how)
+    if failure.kind == FailureKind.WAF_REJECTION:
+        episode.waf_refused = min(rejected, episode.waf_refused or rejected)
+    if failure.connection_drop:
+        episode.dropped = min(rejected, episode.dropped or rejected)
+    fact = Fact("rejected", st.model, rejected, how=how) if is_self_standing(failure) else None
+    if fact is not None:  # kept even when the floor check below ends the turn
+        note_fact(ctx, fact)
     floor = check_floor(ctx, failure, sent)
-    new = learned_cap(rejected, floor=floor, current=st.cap)
+    new = learned_cap(rejected, floor=max(floor, episode.floor_whole), current=st.cap, accepted=ev.largest_accepted)
     if new is not None:
         learn_cap(ctx, new, rejected=rejected, how=how)
+        if fact is not None:
+            st.turn_facts[st.turn_facts.index(fact)] = replace(fact, value=new)
 
 
 def apply_level(ctx: FlowContext, level: int) -> tuple[str, ...]:

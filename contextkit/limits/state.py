@@ -86,6 +86,31 @@ class SessionStats:
         self.recoveries_by_level[key] = self.recoveries_by_level.get(key, 0) + 1
 
 
+@dataclass(frozen=True)
+class Fact:
+    """A self-standing fact a turn met (kept when the turn fails): ``accepted`` (a body went through),
+    ``rejected`` (a 413 / 431; ``value`` is the cap it taught), ``window`` (the provider stated it)."""
+
+    what: str
+    endpoint: str
+    nbytes: int = 0
+    tokens: int = 0
+    how: str = ""
+    value: int | None = None
+
+
+@dataclass(frozen=True)
+class LimitsSnapshot:
+    """The limits and evidence at the start of a turn (what a failed turn returns to)."""
+
+    cap: int | None
+    cap_source: str | None
+    context_window: int
+    window_source: str
+    evidence: EvidenceBook
+    clean_turns: int
+
+
 @dataclass
 class SessionState:
     """Everything the turn flow reads and changes. Session-local by construction."""
@@ -109,6 +134,14 @@ class SessionState:
     evidence: EvidenceBook = field(default_factory=EvidenceBook)
     clean_turns: int = 0  # successful turns since the last size failure or limit change
     window_announced: bool = False
+    turn_facts: list[Fact] = field(default_factory=list)  # self-standing facts of the turn in progress
+    # a size reading of a refusal that states no size is being tested: the newest message stays whole
+    # (an excerpt that cut a blocked line would "confirm" a size limit that is not there)
+    keep_newest_whole: bool = False
+    # the provider counts the output a request asks for (max_tokens) against the window (vLLM, TGI):
+    # learned from an overflow that says so; a request then reserves its max_tokens
+    window_counts_output: bool = False
+    asked_output: int = 0  # max_tokens of the request being sent (0: none asked)
 
     @classmethod
     def create(

@@ -11,8 +11,9 @@ from contextkit.compaction.summarizer import SummaryRequest, SummaryResponse
 from contextkit.errors import ProviderError
 from contextkit.failures.classify import FailureKind, classify_failure
 from contextkit.limits.context import Flow, FlowContext
-from contextkit.limits.evidence import Lesson, gateway_how, judge, learned_cap
-from contextkit.limits.learning import learn_cap
+from contextkit.limits.evidence import Lesson, gateway_how, is_self_standing, judge, learned_cap
+from contextkit.limits.learning import learn_cap, note_accepted, note_fact
+from contextkit.limits.state import Fact
 from contextkit.messages import Message
 from contextkit.sizing import format_size, request_bytes
 
@@ -73,17 +74,22 @@ def _summary_evidence(ctx: FlowContext, request: SummaryRequest, value: Any) -> 
     ev = ctx.evidence(endpoint)
     size = _summary_bytes(ctx, request)
     if isinstance(value, SummaryResponse):
-        ev.accepted(size)
+        note_accepted(ctx, size, endpoint=endpoint)
         return
     if not isinstance(value, BaseException):
         return
     failure = classify_failure(value, request_bytes=size)
-    if failure.kind not in (FailureKind.PAYLOAD_TOO_LARGE, FailureKind.WAF_REJECTION):
-        return  # overflows and drops of a summary are the compactor's business (it falls back)
+    if failure.kind != FailureKind.PAYLOAD_TOO_LARGE or not is_self_standing(failure):
+        # overflows and drops of a summary are the compactor's business (it falls back); a 403 page
+        # states no size - a summary quoting a blocked line is refused for its content
+        return
     if judge(ev, failure, sent_bytes=size, seen=0).lesson != Lesson.RECOVER:
         return  # a stray rejection, far below what this endpoint accepted: nothing to learn
-    ev.rejected(size, gateway_how(failure))
+    how = gateway_how(failure)
+    ev.rejected(size, how)
+    new = None
     if endpoint == ctx.state.model:
-        new = learned_cap(size, floor=0, current=ctx.state.cap)
+        new = learned_cap(size, floor=0, current=ctx.state.cap, accepted=ev.largest_accepted)
         if new is not None:
-            learn_cap(ctx, new, rejected=size, how=f"summary request, {gateway_how(failure)}")
+            learn_cap(ctx, new, rejected=size, how=f"summary request, {how}")
+    note_fact(ctx, Fact("rejected", endpoint, size, how=how, value=new))

@@ -26,6 +26,7 @@ from contextkit.policy._common import (
     tail_at_line,
     with_suffix,
 )
+from contextkit.policy.arguments import excerpt_tool_arguments
 from contextkit.policy.pairing import PairingReport, repair_tool_pairing
 
 DEFAULT_TURN_BUDGET = 200_000
@@ -207,5 +208,8 @@ def aggressive_level1(
             out[i] = capped[0]
             keys.extend(capped[1])
             truncated += 1
+    out, argument_keys = excerpt_tool_arguments(out, archive=archive, max_chars=assistant_cap)
+    keys.extend(argument_keys)
+    truncated += len(argument_keys)
     report = Level1Report(pairing, budgets, truncated, tuple(dict.fromkeys(keys)))
     return (out if report.changed else list(history)), report

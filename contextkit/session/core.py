@@ -16,6 +16,7 @@ import copy
 import os
 import random
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -393,6 +394,7 @@ class Session(SessionViews, SessionControls, HostingMixin):
                 jitter=random.Random().random,  # back-off jitter (not a secret)
                 fallbacks=self.fallbacks,
                 fallback_on_overflow=self.fallback_on_overflow,
+                clock=time.time,
             )
             self._ctx = ctx
         return ctx

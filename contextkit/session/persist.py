@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from contextkit.compaction.types import CompactionStats
 from contextkit.errors import ConfigError
+from contextkit.limits.evidence import EvidenceBook
 from contextkit.limits.state import SessionStats
 from contextkit.messages import message_from_dict, message_to_dict
 from contextkit.settings import LIMIT_KWARGS, Limits
@@ -49,6 +50,10 @@ def session_to_dict(session: Any) -> dict[str, Any]:
         "size_warned": st.size_warned,
         "turns": st.turns,
         "window_source": st.window_source,
+        # the interval per endpoint: without it a loaded session probes its cap back up to a size refused before
+        "evidence": st.evidence.to_dict(),
+        "clean_turns": st.clean_turns,
+        "window_counts_output": st.window_counts_output,
         "stats": st.stats.to_dict(),
         "compactor": session.compactor.stats.to_dict(),
         "archive": {
@@ -107,6 +112,16 @@ def write_atomic(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
     return target
 
 
+def _moved_archive(path: str | os.PathLike[str], saved: str) -> str | None:
+    """The archive file of a session whose folder was moved: the copy ``save`` makes next to the
+    session file, or a file of the same name next to it."""
+    here = Path(path).parent
+    for candidate in (archive_copy_path(path), here / Path(saved).name):
+        if candidate.exists():
+            return str(candidate)
+    return None
+
+
 def read_saved(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The parsed file, or a ``ConfigError`` naming the file and what is wrong with it."""
     try:
@@ -138,6 +153,8 @@ def load_session(
         window = int(data["context_window"])
         turn_budget, per_result_budget = int(data["turn_budget"]), int(data["per_result_budget"])
         stats = SessionStats.from_dict(data.get("stats") or {})
+        evidence = EvidenceBook.from_dict(data.get("evidence") or {})
+        clean_turns = int(data.get("clean_turns") or 0)
         compactor_stats = CompactionStats.from_dict(data.get("compactor") or {})
         archive_ref = data.get("archive") or {}
         archive_path = archive_ref.get("path")
@@ -152,6 +169,8 @@ def load_session(
         archive = Archive(archive_url, session_id=archive_scope, read_scopes=read_scopes)
     if archive is None:
         cited = any(m.archive_keys for m in history)
+        if archive_path and not Path(archive_path).exists():
+            archive_path = _moved_archive(path, archive_path) or archive_path
         if archive_path and cited and not Path(archive_path).exists():
             raise ConfigError(
                 f"{path} cites archived content in {archive_path}, which no longer exists; pass "
@@ -179,6 +198,9 @@ def load_session(
     st.turns = int(data.get("turns") or 0)  # event turn numbers go on where they stopped
     if data.get("window_source") == "learned":
         st.window_source = "learned"
+    st.evidence = evidence
+    st.clean_turns = clean_turns
+    st.window_counts_output = bool(data.get("window_counts_output"))
     st.stats = stats
     session.compactor.stats = compactor_stats
     return session

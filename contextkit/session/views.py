@@ -7,6 +7,7 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 from contextkit.archive import recall_tool_schema
+from contextkit.limits.evidence import CapInterval, EndpointEvidence
 from contextkit.limits.state import SessionState, SessionStats
 from contextkit.messages import Message
 from contextkit.policy.tool_index import DESCRIBE_TOOLS, index_schema
@@ -65,6 +66,14 @@ class SessionViews:
         return self._state.cap_source
 
     @property
+    def interval(self) -> CapInterval:
+        """The body limit as the session knows it: known to pass <= send limit < known to fail (the
+        session's model endpoint; ``session.limits`` stays the settings it was given)."""
+        st = self._state
+        ev = st.evidence.endpoints.get(st.model) or EndpointEvidence()
+        return CapInterval(ev.known_to_pass, st.cap, ev.known_to_fail)
+
+    @property
     def tool_schemas(self) -> list[dict[str, Any]]:
         """The tool schemas sent with every request. Decided once (tools lead the cached prompt
         prefix, so any change breaks the whole cache): the ``recall`` tool is offered from the
@@ -100,4 +109,7 @@ class SessionViews:
 
     def __repr__(self) -> str:
         m = self.measure()
-        return f"<Session {self.session_id} {self.model} messages={m.messages} bytes={m.bytes} cap={self.payload_cap}>"
+        return (
+            f"<Session {self.session_id} {self.model} messages={m.messages} bytes={m.bytes} cap={self.payload_cap} "
+            f"({self.interval})>"
+        )

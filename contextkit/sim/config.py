@@ -16,6 +16,7 @@ SUMMARY_MODES = ("extract", "refuse", "short", "error_text", "fail", "timeout")
 FAULT_KINDS = (
     "overflow", "413", "413-html", "waf403", "bedrock403", "drop", "429", "500", "503", "model_gone",
     "timeout", "auth401", "auth403", "stream_drop", "stream_error", "empty_stream", "length", "400", "422",
+    "empty502",
 )  # fmt: skip
 BODY_FAULTS = ("400", "422")  # answered with the body given to fail_next(kind, body=...)
 FaultBody = str | Mapping[str, Any] | None  # the body of a "400" / "422" fault (see fail_next)
@@ -65,6 +66,13 @@ class SimConfig:
     # A deployment that refuses continuation requests (the prompt asking the model to resume a cut-off
     # answer) with a 400: a streamed answer interrupted mid-way can then not be continued.
     refuse_continuation: bool = False
+    # a firewall content rule: a body containing this text is refused with a 403 page (ModSecurity's
+    # CRS on "cat /etc/passwd"); block_style "apache" (the CRS default page) or "nginx"
+    block_phrase: str | None = None
+    block_style: str = "apache"
+    retry_after: str = "0"  # the Retry-After header of a 429 fault: seconds or an HTTP-date
+    # vLLM: the window counts the output the request asks for (prompt + max_tokens must fit)
+    window_counts_output: bool = False
     prompt_cache: bool = True  # model a provider prefix cache and report it in usage (sim/cache.py)
     cache_min_tokens: int = 1024
     cache_ttl: float = 300.0

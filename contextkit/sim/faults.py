@@ -73,7 +73,7 @@ OVERFLOW_STYLES: dict[str, tuple[str, str | None, str]] = {
     ),
 }
 
-REJECT_MODES = ("413", "413-html", "waf403", "bedrock403", "drop")
+REJECT_MODES = ("413", "413-html", "waf403", "bedrock403", "drop", "empty502")
 CF_RAY = "8f1e2d3c4b5a6978-FRA"
 
 NGINX_413 = (
@@ -91,6 +91,24 @@ CLOUDFLARE_403 = (
     "<p>Performance &amp; security by Cloudflare</p>\n</div>\n</body>\n</html>\n"
 )
 BEDROCK_403 = "<html><head><title>Access Denied</title></head><body>Request blocked by security policy</body></html>"
+# Apache + ModSecurity + OWASP CRS denying a request for its content (rule 932160, "cat /etc/passwd"):
+# the plain Apache 403 page, nothing in it names the firewall or a size
+APACHE_403 = (
+    '<!DOCTYPE HTML PUBLIC "-//IETF//DTD HTML 2.0//EN">\n<html><head>\n<title>403 Forbidden</title>\n'
+    "</head><body>\n<h1>Forbidden</h1>\n<p>You don't have permission to access this resource.</p>\n<hr>\n"
+    "<address>Apache/2.4.62 (Debian) Server at 127.0.0.1 Port 8080</address>\n</body></html>\n"
+)
+NGINX_403 = (
+    "<html>\r\n<head><title>403 Forbidden</title></head>\r\n<body>\r\n<center><h1>403 Forbidden</h1></center>\r\n"
+    "<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+)
+
+
+def content_block(route: str, style: str) -> Response:
+    """A firewall refusing a request for what it contains (``SimConfig.block_phrase``)."""
+    if style == "nginx":
+        return Response(403, NGINX_403.encode(), "text/html", (("Server", "nginx"),))
+    return Response(403, APACHE_403.encode(), "text/html; charset=iso-8859-1", (("Server", "Apache/2.4.62 (Debian)"),))
 
 
 def _error(route: str, status: int, message: str, etype: str, code: str | None = None, **headers: str) -> Response:
@@ -100,7 +118,17 @@ def _error(route: str, status: int, message: str, etype: str, code: str | None =
     return json_response(status, {"error": {"message": message, "type": etype, "param": None, "code": code}}, hdrs)
 
 
-def overflow(route: str, style: str, tokens: int, window: int) -> Response:
+# vLLM counts the output the request asks for (max_tokens) against the window
+VLLM_OVERFLOW = (
+    "This model's maximum context length is {w} tokens. However, you requested {s} tokens ({t} in the messages, "
+    "{o} in the completion). Please reduce the length of the messages or completion."
+)
+
+
+def overflow(route: str, style: str, tokens: int, window: int, output: int = 0) -> Response:
+    if style == "vllm":
+        message = VLLM_OVERFLOW.format(w=window, s=tokens + output, t=tokens, o=output)
+        return _error(route, 400, message, "BadRequestError", None)
     template, code, etype = OVERFLOW_STYLES[style]
     message = template.format(w=window, t=tokens)
     if route == ANTHROPIC:
@@ -112,6 +140,8 @@ def gateway_reject(route: str, mode: str, size: int, cap: int | None) -> Respons
     """How a proxy in front of the provider refuses a request body."""
     if mode == "drop":
         return Response(drop=True)
+    if mode == "empty502":  # Caddy's request_body max_size: the proxy fails reading the body, 502 and no body
+        return Response(502, b"", "", (("Server", "Caddy"),))
     if mode == "413-html":
         return Response(413, NGINX_413.encode(), "text/html", (("Server", "nginx"),))
     if mode == "waf403":
@@ -129,12 +159,13 @@ def gateway_reject(route: str, mode: str, size: int, cap: int | None) -> Respons
     )
 
 
-def simple_fault(route: str, kind: str) -> Response:
-    """429, 500, 503 (overloaded), a model that is gone (404) and the auth faults."""
+def simple_fault(route: str, kind: str, retry_after: str = "0") -> Response:
+    """429, 500, 503 (overloaded), a model that is gone (404) and the auth faults (``retry_after``: the
+    429's ``Retry-After`` header, seconds or an HTTP-date)."""
     if kind == "429":
         message = "Rate limit reached for requests per min (RPM): Limit 3, Used 3, Requested 1. Please try again in 1s."
         etype = "rate_limit_error" if route == ANTHROPIC else "requests"
-        return _error(route, 429, message, etype, "rate_limit_exceeded", Retry_After="0")
+        return _error(route, 429, message, etype, "rate_limit_exceeded", Retry_After=retry_after)
     if kind == "500":
         etype = "api_error" if route == ANTHROPIC else "server_error"
         return _error(route, 500, "The server had an error while processing your request. Sorry about that!", etype)

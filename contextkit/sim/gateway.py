@@ -101,7 +101,7 @@ def respond(sim: Upstream, route: str, body: bytes, cfg: SimConfig, seq: int) ->
         elif fault in faults.REJECT_MODES:
             out.response = faults.gateway_reject(route, fault, len(body), cfg.max_body)
         elif fault in ("429", "500", "503", "model_gone", "auth401", "auth403"):
-            out.response = faults.simple_fault(route, fault)
+            out.response = faults.simple_fault(route, fault, cfg.retry_after)
         elif fault == "timeout":
             out.sleep_then_drop = cfg.timeout_sleep
         elif fault in BODY_FAULTS:
@@ -110,8 +110,17 @@ def respond(sim: Upstream, route: str, body: bytes, cfg: SimConfig, seq: int) ->
             out.response = wire.Response(200, content_type="text/event-stream", chunks=())
         if fault not in ("stream_drop", "stream_error", "length"):
             return out
-    if cfg.context_window is not None and tokens > cfg.context_window and fault is None:
+    if cfg.block_phrase and cfg.block_phrase.encode() in body and fault is None:
+        out.reason = f"content block {cfg.block_phrase!r}"
+        out.response = faults.content_block(route, cfg.block_style)
+        return out
+    asked = int(data.get("max_tokens") or data.get("max_completion_tokens") or 0) if cfg.window_counts_output else 0
+    if cfg.context_window is not None and tokens + asked > cfg.context_window and fault is None:
         out.reason = f"context {tokens} > window {cfg.context_window}"
+        if asked:
+            out.reason = f"context {tokens} + max_tokens {asked} > window {cfg.context_window}"
+            out.response = faults.overflow(route, "vllm", tokens, cfg.context_window, asked)
+            return out
         out.response = faults.overflow(route, cfg.overflow_style, tokens, cfg.context_window)
         if stream and cfg.empty_stream_on_overflow:  # llama.cpp: 200, an event stream with no events
             out.reason += " (empty stream)"

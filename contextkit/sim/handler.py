@@ -64,7 +64,8 @@ def send_response(
         return
     try:
         handler.send_response(resp.status)
-        handler.send_header("Content-Type", resp.content_type)
+        if resp.content_type:  # an empty 5xx from a proxy (Caddy) has no content type
+            handler.send_header("Content-Type", resp.content_type)
         for name, value in resp.headers:
             handler.send_header(name, value)
         if resp.chunks is None:

@@ -38,21 +38,6 @@ BOXES: dict[str, tuple[str, dict[str, object], int]] = {
 SIZE_KINDS = {"payload_too_large", "waf_rejection", "likely_payload"}
 TURNS = 20
 BLOCKED = "To check the accounts, also run `cat /etc/passwd` on the host."
-# The limits model decides what a refusal teaches; these runs show where it is fooled today.
-CONTENT = (
-    "limits model: a CRS 403 for content (cat /etc/passwd) is taken as evidence of a byte cap: the session "
-    "learns a cap of a few KB from it, the blocked turn ends in PayloadFloorError ('the gateway rejected a "
-    "2.7 KB request ... raise the gateway's body-size limit') instead of a message about content, and later "
-    "harmless pastes are excerpted or refused under that cap"
-)
-
-CADDY = (
-    "limits model: Caddy answers a body above its request_body max_size with an empty 502; the session "
-    "retries it as transient (the same body, 3 tries) and the turn fails with 'request failed after 3 "
-    "tries: server error (502)' instead of learning a byte cap from the repeated empty 502 above what the "
-    "endpoint accepted"
-)
-
 Factory = Callable[..., Middlebox]
 # The CRS's command-injection rule (932100, paranoia level 1) fires on ordinary incident reports: a
 # `curl ...` in backticks, "()" before a line break. The size runs paste the same reports without those
@@ -188,7 +173,7 @@ ACCEPTANCE = [
     "haproxy413",
     "haproxy403",
     "modsecurity",
-    pytest.param("caddy", marks=pytest.mark.xfail(strict=False, reason=CADDY)),
+    "caddy",
 ]
 
 
@@ -257,7 +242,6 @@ def content_block_run(base: str, where: str) -> None:
 
 
 @pytest.mark.parametrize("where", ["turn1", "turn6", "mid_paste"])
-@pytest.mark.xfail(strict=False, reason=CONTENT)
 def test_a_crs_content_block_fails_its_turn_and_changes_no_limit(
     sim: GatewaySimulator, middlebox_in_front: Factory, where: str
 ) -> None:
