@@ -110,3 +110,27 @@ def test_a_session_on_postgresql_is_saved_by_its_url_and_loaded_back(gw: Gateway
     assert data["archive"]["url"].startswith("postgresql://postgres@127.0.0.1:") and data["archive"]["path"] is None
     with Session.load(saved, api_base=gw.api_base, api_key="sim-key", status=None) as again:
         assert again.archive.get(key or "") == "kept in the database"
+
+
+def test_an_archive_dropped_while_the_store_lock_is_held_does_not_deadlock(tmp_path: Path) -> None:
+    """The garbage collector may run an unclosed Archive's finalizer in the thread that holds the
+    store registry's lock (it did, inside ``SqliteStore.shared``, and the suite hung there)."""
+    import threading
+
+    from contextkit.archive.sqlite import SqliteStore
+
+    dropped = Archive(tmp_path / "a.sqlite", session_id="dropped")
+    finalizer = dropped._finalizer
+    done = threading.Event()
+
+    def collect_while_holding() -> None:
+        with SqliteStore._shared_lock:
+            finalizer()  # what the collector does when it frees the Archive here
+            done.set()
+
+    worker = threading.Thread(target=collect_while_holding, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert done.is_set(), "releasing an Archive while the registry lock is held deadlocked"
+    with Archive(tmp_path / "a.sqlite", session_id="again") as again:  # the file opens again after it
+        assert again.put("after the release", kind="note") is not None

@@ -92,7 +92,9 @@ class PostgresStore:
     """One PostgreSQL database and this process's connection to it; see the module docstring."""
 
     _shared: ClassVar[dict[tuple[int, str], PostgresStore]] = {}
-    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+    # re-entrant: an Archive dropped without close() is released by a weakref finalizer, which the
+    # garbage collector may run in this very thread while it holds the lock (inside shared(), say)
+    _shared_lock: ClassVar[threading.RLock] = threading.RLock()
     kind = "postgresql"
     path: Path | None = None
 

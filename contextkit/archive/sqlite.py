@@ -38,7 +38,9 @@ class SqliteStore:
     """One SQLite database (a file or ``:memory:``) and its connection; see the module docstring."""
 
     _shared: ClassVar[dict[tuple[int, str], SqliteStore]] = {}
-    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+    # re-entrant: an Archive dropped without close() is released by a weakref finalizer, which the
+    # garbage collector may run in this very thread while it holds the lock (inside shared(), say)
+    _shared_lock: ClassVar[threading.RLock] = threading.RLock()
     kind = "sqlite"
 
     def __init__(self, target: str, label: str, path: Path | None) -> None:
