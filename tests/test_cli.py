@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from contextkit.archive import Archive
+from contextkit.cli.demo import PASTE_LINES
 from contextkit.sizing import format_size
 
 
@@ -86,7 +87,7 @@ def test_demo_tells_its_story_with_measured_figures_and_leaves_the_repository_cl
     workspace, plan = Workspace(seed=7, target_bytes=40_000), agent_steps(seed=7, steps=6)
     sizes = [len(workspace.call(tool, args).content.encode()) for tool, args in plan]
     assert f"returning {format_size(min(sizes[:3]))} to {format_size(max(sizes[:3]))} each" in story
-    pasted = "Here is the full crash log from production, please keep it in mind:\n" + workspace.tail_log(2_600).content
+    pasted = "Here is the full crash log from production, please keep it in mind:\n" + workspace.tail_log(PASTE_LINES).content
     assert f"pastes a production log of {format_size(len(pasted.encode()))}," in story
     with Archive(archive_path, session_id="demo") as archive:
         count, total = len(archive), archive.total_bytes

@@ -26,7 +26,10 @@ from contextkit.sizing import format_size
 STEPS = 5  # the numbered steps of the story
 GATEWAY_CAP = "128KB"
 WINDOW = 128_000
-PASTE_LINES = 2_600
+# a paste the gateway would take on its own, but not on top of the agent's history: recovery can
+# then shrink the history and keep the whole paste (a paste bigger than the cap itself could only be
+# sent as an excerpt, which cannot tell a size limit from a firewall objecting to its content)
+PASTE_LINES = 700
 
 
 class _Story:
@@ -150,7 +153,7 @@ def run_demo(
         story.step(
             3,
             f"The user pastes a production log of {format_size(len(paste.encode()))}, "
-            f"bigger than the gateway's {format_size(real_cap)}.",
+            f"on top of the {len(session.history)} messages the gateway has taken so far.",
         )
         turn("the paste", paste)
         rest = plan[half:]
