@@ -158,8 +158,8 @@ for i, (tool, args) in enumerate(plan, 1):
 # %% [markdown]
 # ## Hitting the gateway
 #
-# Now the user pastes a 280 KB production log. The request is far above the gateway's (unknown)
-# cap. Follow it on the dashboard: a red cross on the chart where the gateway refused a request,
+# Now the user pastes a production log that the gateway would take on its own, but not on top of
+# the history so far: the request is above the gateway's (unknown) cap. Follow it on the dashboard: a red cross on the chart where the gateway refused a request,
 # triangles where the session recovered, vertical lines where it compacted (hover any of them):
 #
 # 1. the history is over budget, so it is **compacted** before sending (summary, then truncation,
@@ -167,17 +167,21 @@ for i, (tool, args) in enumerate(plan, 1):
 #    task and is never cut by compaction);
 # 2. the gateway still rejects it with a Cloudflare page; the classifier recognises a **WAF
 #    rejection**, not an auth error;
-# 3. the session **learns a cap** (¾ of the rejected size) and climbs the **recovery ladder**; the
-#    paste alone is bigger than that cap, so it is archived whole and the model gets its first and
-#    last lines with a notice saying how to page through the rest with `recall`;
+# 3. the session **learns a cap** (¾ of the rejected size) and climbs the **recovery ladder**: it
+#    shrinks the older history (archived first) and keeps the paste whole;
 # 4. a one-time notice asks the model to keep requests small from now on.
+#
+# A paste bigger than the cap on its own is different behind a page that states no size: only an
+# excerpt of it could be sent, and an excerpt that passes cannot tell a size limit from a firewall
+# objecting to a line it left out. That turn fails with a message saying so and changes nothing;
+# `Limits(max_payload=...)` tells the session the cap when you know it.
 #
 # On the chart the red *known to fail* line appears at the refused size. The learned cap (the send
 # limit) is ¾ of it: it can sit above the real cap, because one refusal only says the real cap is
 # below the refused size. What the session knows is the interval between the green and the red line.
 
 # %%
-log = workspace.tail_log(2_600).content
+log = workspace.tail_log(700).content
 print(f"pasting {format_size(len(log.encode()))} of log")
 reply = session.send("Here is the full crash log from production, please keep it in mind:\n" + log)
 print()
