@@ -230,22 +230,26 @@ for e in session.events.of_type(RecoveryEvent):
 #
 # If every rung fails, the turn is rolled back - a turn is a transaction: the session's history is
 # exactly what it was before `send`, and `RecoveryFailedError.history` is that history, so a failed
-# turn never leaves its message behind to make the next turn fail too. A real authentication error
+# turn never leaves its message behind to make the next turn fail too. (Here the refusals are 403
+# pages on a request of a few KB, which no gateway limits for size: the session reads them as the
+# gateway objecting to content or access and fails the turn at once with a `ProviderError` that says
+# so - rolled back the same way.) A real authentication error
 # never climbs the ladder at all; like every failure that is not about size, it changes neither the
 # history nor any learned limit.
 
 # %%
-from contextkit import AuthenticationFailed, RecoveryFailedError
+from contextkit import AuthenticationFailed, ProviderError, RecoveryFailedError
 
 gw.configure(max_body=None)
 gw.fail_next("waf403", times=12)  # more rejections than the session has rungs (summaries are requests too)
 before = session.history
 try:
     session.send("One more question.")
-except RecoveryFailedError as err:
-    print("RecoveryFailedError:", str(err)[:160], "...")
-    print("history handed back:", len(err.history), "messages; the session's history is unchanged:",
-          session.history == before == err.history)
+except (RecoveryFailedError, ProviderError) as err:
+    # a 403 page on a request this small is no size limit: the turn fails at once, saying so
+    print(f"{type(err).__name__}:", str(err)[:160], "...")
+    handed = getattr(err, "history", session.history)
+    print("history:", len(handed), "messages; the session's history is unchanged:", session.history == before == handed)
 gw.reset(context_window=64_000)  # clear the remaining faults
 
 gw.fail_next("auth401")
