@@ -205,7 +205,7 @@ def test_timeline_groups_a_compaction_into_one_row_whose_running_phase_is_replac
     )
     assert "1,200 tokens read, 300 written, $0.0042 · kept 90% of paths/ids" in timeline.table.value
     assert "ck-compaction ck-running" not in timeline.table.value and "ck-idle-line" in timeline.status.value
-    assert "1 compaction, 0 recoveries" in timeline.status.value
+    assert "1 compaction, 0 recovery steps" in timeline.status.value
 
 
 def test_timeline_groups_a_recovery_ladder_into_one_row() -> None:
@@ -232,8 +232,8 @@ def test_timeline_groups_a_recovery_ladder_into_one_row() -> None:
         "recovered",
     ]
     assert row["summary"] == (
-        "Recovery after the gateway refused the body as too large (413) · recovered at level 2: keep only the "
-        "recent messages · 2 steps"
+        "Recovery after the gateway refused the body as too large (413) · recovered at level 2: emergency "
+        "truncation · 2 steps"
     )
     assert "1 pieces archived" in timeline.table.value
     s.events.append(RecoveryEvent(failure_kind="context_overflow", level=3, attempt=3, outcome="failed"))

@@ -192,7 +192,7 @@ def failure_label(kind: str | None) -> str:
 
 
 def level_label(level: int) -> str:
-    """A recovery level in words (``level 2: keep only the recent messages``)."""
+    """A recovery level in words (``level 2: emergency truncation``)."""
     return LEVELS.get(level, f"level {level}")
 
 
