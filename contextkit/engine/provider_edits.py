@@ -7,7 +7,9 @@ for it): above 100,000 input tokens the server clears the oldest tool results, k
 tool uses, and only when that frees at least 20,000 tokens. The server edits its copy only: the
 next request would bring the cleared results back, and the server would clear them again. So when
 an answer reports applied edits, the local history does what the server did - every tool result
-but the 5 newest becomes a stub whose original is archived and recallable - and:
+but the 5 newest becomes a stub whose original is archived and recallable (a JSON answer reports the
+edits in the message; a stream on its final ``message_delta`` event, which ``backend`` keeps because
+litellm's stream parser drops it; both end up in ``ModelReply.context_edits``) - and:
 
 - a ``ProviderEditEvent`` and a ``provider_clearing`` notice (event and status line) say how many
   edits, results and tokens the provider cleared (the dashboard's gauge shows the totals); ``SessionStats.provider_edits`` / ``provider_cleared_results`` /
