@@ -37,11 +37,13 @@ def test_a_40_turn_agent_is_cleared_by_the_provider_and_mirrored_locally() -> No
         for i in range(40):
             session.send(f'[[tool:read_log {{"n": {i}}}]] step {i}')
         bodies = [json.loads(gw.body(r.seq)) for r in gw.requests if r.kind == "turn"]
+        betas = [gw.headers(r.seq).get("anthropic-beta", "") for r in gw.requests if r.kind == "turn"]
         peak = max(r.tokens for r in gw.requests)
-    # every request carried the edit (litellm adds the context-management beta header for it)
+    # every request carried the edit and the beta header litellm adds for it, as the simulator received them
     edit = {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 100_000},
             "keep": {"type": "tool_uses", "value": 5}, "clear_at_least": {"type": "input_tokens", "value": 20_000}}  # fmt: skip
     assert all(b.get("context_management") == {"edits": [edit]} for b in bodies)
+    assert len(betas) == 80 and all("context-management-2025-06-27" in [x.strip() for x in b.split(",")] for b in betas)
     stats = session.stats
     assert stats.provider_edits >= 1 and stats.provider_cleared_results >= 15
     assert stats.provider_cleared_tokens >= 20_000 * stats.provider_edits

@@ -18,6 +18,7 @@ from contextkit.markers import extract_keys_tolerant
 from contextkit.policy.clearing import CLEARED_PREFIX
 from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator
+from contextkit.sizing import CALIBRATION_MIN_TOKENS
 from contextkit.tools import ToolResult
 
 BETA = "context-management-2025-06-27"
@@ -68,6 +69,7 @@ def test_every_tool_loop_request_carries_the_beta_header_and_the_edit_as_litellm
             session.send(_prompt(i))
         turns = [r for r in gw.requests if r.kind == "turn"]
         sent = [(gw.headers(r.seq), json.loads(gw.body(r.seq))) for r in turns]
+        meter = session._meter
     # every model call of the tool loop: the call that asks for the tool and the one that reads its result
     assert len(turns) == 2 * TURNS and all(r.accepted for r in turns)
     for headers, body in sent:
@@ -77,6 +79,9 @@ def test_every_tool_loop_request_carries_the_beta_header_and_the_edit_as_litellm
     assert any(m.get("role") == "user" and isinstance(m.get("content"), list) and m["content"][0]["type"] == "tool_result"
                for m in sent[-1][1]["messages"])  # fmt: skip
     assert session.stats.provider_edits >= 1  # and the simulator, reading the same fields, applied it
+    # a request the provider edited is skipped for token calibration: it counted fewer tokens than were sent
+    learnable = sum(r.tokens >= CALIBRATION_MIN_TOKENS for r in turns)
+    assert meter.samples + meter.skipped == learnable - session.stats.provider_edits
 
 
 def _post(url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, str]:
@@ -135,6 +140,8 @@ def test_streamed_turns_mirror_the_providers_edits_as_sent_turns_do() -> None:
             assert len(edits) == session.stats.provider_edits
     results, counts = runs["send"]
     edits, cleared, tokens, rebuilds = counts
-    assert edits >= 1 and cleared >= 3 and tokens >= 20_000 * edits and rebuilds == edits
+    assert edits >= 1 and cleared >= 3 and tokens >= 20_000 * edits
+    # each edit's rebuild is counted at the next cache write: an edit on the run's last request has none yet
+    assert edits - 1 <= rebuilds <= edits and rebuilds >= 1
     assert sum(r.startswith(CLEARED_PREFIX) for r in results) >= 3
     assert runs["stream"] == runs["send"] and runs["astream"] == runs["send"]
