@@ -155,3 +155,26 @@ def test_a_turn_that_needs_compaction_gets_its_summary_from_the_engine(engine: t
             assert [r for r in gw.requests if r.kind == "summary"], "the built-in summarizer wrote this one"
         finally:
             session.close()
+
+
+def test_the_example_engine_of_the_docs_writes_the_summaries(tmp_path: Path) -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "howto" / "terminal-and-mcp.md").read_text(encoding="utf-8")
+    code = next(b.split("\n", 1)[1] for b in doc.split("```")[1::2] if "# my_engine.py" in b)
+    script = tmp_path / "my_engine.py"
+    script.write_text(code, encoding="utf-8")
+    with GatewaySimulator() as gw:
+        kw = gw.litellm_kwargs()
+        model = kw.pop("model")
+        session = Session(
+            model, **kw, context_engine=f"mcp:{sys.executable} {script}", archive=Archive.in_memory(session_id="d"),
+            limits=Limits(context_engine_timeout=20, min_keep_recent=2), status=None,
+        )  # fmt: skip
+        try:
+            session.add_messages(HISTORY)
+            assert session.compact().changed
+            assert "\n\nNotes: [user]: We are moving the inventory service to port 8443" in _summary(session)
+            assert not [r for r in gw.requests if r.kind == "summary"]  # the engine wrote it, not the built-in one
+            engine_obj = session.context_engine
+            assert engine_obj is not None and engine_obj.answers == 1 and engine_obj.fallbacks == 0
+        finally:
+            session.close()
