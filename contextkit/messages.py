@@ -395,6 +395,8 @@ def age_messages(history: Sequence[Message], archive: ArchiveSink) -> tuple[list
     id (the pairing holds); its images are in the archived original. Pure but for the archive."""
     out = list(history)
     keys: list[str] = []
+    if all(m.age_out_after is None for m in history):
+        return out, keys  # the common case, checked on every request: no count needed
     for i, (m, later) in enumerate(zip(history, turns_after(history), strict=True)):
         if m.age_out_after is None or later < m.age_out_after:
             continue

@@ -106,7 +106,7 @@ STATS: dict[str, tuple[str, str]] = {
     ),
     "provider_cleared_results": (
         "tool results the provider cleared",
-        "Tool results those provider-side edits replaced; the session's own history still holds them.",
+        "Tool results those provider-side edits replaced; the local history mirrors them as stubs, originals archived.",
     ),
     "provider_cleared_tokens": (
         "input tokens the provider's edits freed",
