@@ -138,12 +138,49 @@ def model_info(model: str) -> dict[str, Any]:
 def completion(model: str, messages: list[dict[str, Any]], *, timeout: float, **kwargs: Any) -> Any:
     """One chat completion through litellm. The SDK's own retries are off: we own retries."""
     kwargs.setdefault("max_retries", 0)
-    return litellm().completion(model=model, messages=messages, timeout=timeout, **kwargs)
+    response = litellm().completion(model=model, messages=messages, timeout=timeout, **kwargs)
+    if kwargs.get("stream"):
+        _keep_context_management(response)
+    return response
 
 
 async def acompletion(model: str, messages: list[dict[str, Any]], *, timeout: float, **kwargs: Any) -> Any:
     kwargs.setdefault("max_retries", 0)
-    return await litellm().acompletion(model=model, messages=messages, timeout=timeout, **kwargs)
+    response = await litellm().acompletion(model=model, messages=messages, timeout=timeout, **kwargs)
+    if kwargs.get("stream"):
+        _keep_context_management(response)
+    return response
+
+
+def _keep_context_management(stream: Any) -> None:
+    """Keep what litellm's Anthropic stream parser drops: the ``context_management`` of the final
+    ``message_delta`` event (the server-side edits applied to the prompt; a JSON answer keeps it in
+    the message's ``provider_specific_fields``). The parser of this one stream is wrapped on the
+    instance; nothing of litellm changes for anyone else. ``stream_context_edits`` reads it."""
+    parser: Any = getattr(stream, "completion_stream", None)
+    parse = getattr(parser, "chunk_parser", None)
+    if not callable(parse):
+        return  # another provider's stream, or a litellm without this parser: nothing to keep
+    edits: list[dict[str, Any]] = []
+
+    def chunk_parser(chunk: Any) -> Any:
+        management = chunk.get("context_management") if isinstance(chunk, dict) else None
+        applied = management.get("applied_edits") if isinstance(management, dict) else None
+        if isinstance(applied, list):
+            edits.extend(e for e in applied if isinstance(e, dict))
+        return parse(chunk=chunk)
+
+    try:
+        parser.chunk_parser = chunk_parser
+        stream.contextkit_context_edits = edits
+    except (AttributeError, TypeError):  # a parser or wrapper that takes no attributes: nothing kept
+        pass
+
+
+def stream_context_edits(stream: Any) -> tuple[dict[str, Any], ...]:
+    """The server-side context edits a stream read to its end reported (Anthropic's
+    ``context_management.applied_edits`` on its final ``message_delta`` event); () if none."""
+    return tuple(getattr(stream, "contextkit_context_edits", None) or ())
 
 
 def provider_body(

@@ -100,7 +100,7 @@ class CompactionEvent(Event):
     type: ClassVar[str] = "compaction"
     trigger: str = "auto"  # auto | manual | recovery | turn
     phase: str = (
-        "start"  # start | trim | dedup | microcompact | budget | verbatim | summarize | truncate | shrink | done
+        "start"  # start | trim | dedup | microcompact | aging | budget | verbatim | summarize | truncate | shrink | done
     )
     stage: str = ""  # trim | summary | truncation: the pipeline stage the phase belongs to ("" for start)
     status: str = ""  # the status line shown to the user ("Summarizing old messages via LLM ...")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from contextkit.errors import InvalidMessageError
+from contextkit.markers import ArchiveSink, recall_suffix
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
@@ -74,7 +75,9 @@ class Message:
     Metadata: ``turn`` (assistant turns before it), ``preserve_verbatim`` (never reduced by
     compaction), ``origin`` (tool/path/lines), ``is_summary`` / ``summary_of`` (produced by
     compaction), ``is_recall`` (recall output: never re-archived), ``reasoning`` (provider
-    reasoning text, stripped from old turns), ``synthetic`` (injected by pairing repair).
+    reasoning text, stripped from old turns), ``synthetic`` (injected by pairing repair),
+    ``age_out_after`` (after this many later user turns the message becomes a one-line stub whose
+    original is archived and recallable: ``age_messages``).
     """
 
     role: Role
@@ -93,6 +96,7 @@ class Message:
     is_recall: bool = False
     reasoning: str | None = None
     synthetic: bool = False
+    age_out_after: int | None = None
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -104,6 +108,12 @@ class Message:
             raise InvalidMessageError(
                 f"message content must be a str, got {type(self.content).__name__}; "
                 "pass images through Message(images=...) and text as content"
+            )
+        if self.age_out_after is not None and (
+            isinstance(self.age_out_after, bool) or not isinstance(self.age_out_after, int) or self.age_out_after < 1
+        ):
+            raise InvalidMessageError(
+                f"age_out_after must be a positive number of turns or None, got {self.age_out_after!r}"
             )
         if self.role == "tool" and not self.tool_call_id:
             raise InvalidMessageError(
@@ -345,6 +355,65 @@ def archived_text(message: Message) -> str:
     return "\n".join([message.content, *lines] if message.content else lines)
 
 
+# aging: messages and assembler blocks that become recallable stubs ----------------------------
+
+
+def aged_stub(
+    text: str, *, label: str, after: int, unit: str, archive: ArchiveSink, kind: str, origin: dict[str, object]
+) -> str | None:
+    """The one aging mechanism (messages here, the assembler's blocks in ``prompt/assembly.py``):
+    ``text`` is archived first, then replaced by ``[LABEL: aged out after N UNIT]`` and its recall
+    marker. None when the archive kept nothing: the text then stays whole rather than be lost."""
+    key = archive.put(text, kind=kind, origin=origin, allow_markers=True)
+    if key is None:
+        return None
+    return f"[{label}: aged out after {after} {unit}]" + recall_suffix([key])
+
+
+def turns_after(history: Sequence[Message]) -> list[int]:
+    """For each message, how many user turns began after its own turn was answered: later user
+    messages (neither recall output nor injected by contextkit) with an assistant message between
+    them and it. A message sent with a question, or a tool result of that turn, starts counting at
+    the next question. A compaction that summarizes later turns can only delay an aging."""
+    counts = [0] * len(history)
+    users = 0  # qualifying user messages after the current position
+    unanswered = 0  # of those, the ones before the first assistant message after it
+    for i in range(len(history) - 1, -1, -1):
+        counts[i] = users - unanswered
+        m = history[i]
+        if m.role == "assistant":
+            unanswered = 0
+        elif m.role == "user" and not m.is_recall and not m.synthetic:
+            users += 1
+            unanswered += 1
+    return counts
+
+
+def age_messages(history: Sequence[Message], archive: ArchiveSink) -> tuple[list[Message], list[str]]:
+    """(the history with every ``Message(age_out_after=N)`` that has N user turns after it replaced
+    by its stub, the archive keys written). A stub keeps the message's role, tool calls and tool call
+    id (the pairing holds); its images are in the archived original. Pure but for the archive."""
+    out = list(history)
+    keys: list[str] = []
+    if all(m.age_out_after is None for m in history):
+        return out, keys  # the common case, checked on every request: no count needed
+    for i, (m, later) in enumerate(zip(history, turns_after(history), strict=True)):
+        if m.age_out_after is None or later < m.age_out_after:
+            continue
+        origin: dict[str, object] = {"role": m.role, "aged_after_turns": m.age_out_after}
+        if m.origin is not None and m.origin.describe():
+            origin["origin"] = m.origin.describe()
+        stub = aged_stub(
+            archived_text(m), label=f"{m.role} message", after=m.age_out_after, unit="turns" if m.age_out_after > 1 else "turn",
+            archive=archive, kind="aged", origin=origin,
+        )  # fmt: skip
+        if stub is None:
+            continue
+        out[i] = replace(m, content=stub, images=(), image_details=(), age_out_after=None, preserve_verbatim=False)
+        keys.extend(MARKER_RE.findall(stub))
+    return out, keys
+
+
 def render_transcript(history: Iterable[Message]) -> str:
     """The archived form of a dropped segment: ``[role]: content`` blocks, images included."""
     out = []
@@ -364,7 +433,7 @@ def message_to_dict(message: Message) -> dict[str, Any]:
     data: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:
         data["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls]
-    for name in ("tool_call_id", "name", "turn", "reasoning"):
+    for name in ("tool_call_id", "name", "turn", "reasoning", "age_out_after"):
         value = getattr(message, name)
         if value is not None:
             data[name] = value
@@ -412,4 +481,5 @@ def message_from_dict(data: Mapping[str, Any]) -> Message:
         is_recall=bool(data.get("is_recall", False)),
         reasoning=data.get("reasoning"),
         synthetic=bool(data.get("synthetic", False)),
+        age_out_after=data.get("age_out_after"),
     )

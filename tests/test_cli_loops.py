@@ -128,3 +128,36 @@ def test_chat_repl_in_a_terminal_recovers_and_rewinds_a_compaction(gateway: Gate
     assert child.exitstatus == 0
     # the recovery's notices reached the terminal (stderr), and every message got its answer
     assert "gateway rejected" in seen.getvalue() and "contextkit chat:" not in seen.getvalue()
+
+
+def test_chat_recall_prints_the_archived_original_and_explains_bad_keys() -> None:
+    from contextkit.archive import Archive
+    from contextkit.cli.loops import chat_command
+    from contextkit.session.core import Session
+
+    with GatewaySimulator() as gw:
+        session = Session(gw.model, api_base=gw.api_base, api_key="k", archive=Archive.in_memory(session_id="r"), status=None)
+        try:
+            session.add_messages([
+                {"role": "user", "content": "The inventory service moves to port 8443. " + "context " * 150},
+                {"role": "assistant", "content": "Noted: port 8443. " + "ok " * 150},
+                {"role": "user", "content": "The deploy waits for the load test. " + "detail " * 150},
+                {"role": "assistant", "content": "Noted. " + "fine " * 150},
+                {"role": "user", "content": "Anything else?"},
+                {"role": "assistant", "content": "No."},
+            ])  # fmt: skip
+            out = io.StringIO()
+            assert chat_command(session, "/compact", out) and "compacted:" in out.getvalue()
+            key = next(iter(session.archive.entries())).key
+            for line in (f"/recall {key}", "/recall", "/recall 0123456789abcdef"):
+                out = io.StringIO()
+                assert chat_command(session, line, out)  # the REPL goes on
+                shown = out.getvalue()
+                if line == "/recall":
+                    assert shown.startswith("usage: /recall KEY")
+                elif key in line:
+                    assert "port 8443" in shown
+                else:
+                    assert "0123456789abcdef" in shown and "port 8443" not in shown
+        finally:
+            session.close()

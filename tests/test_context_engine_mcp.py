@@ -6,6 +6,7 @@ hang, error, empty), so one session meets every behaviour, and logs the argument
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -126,3 +127,54 @@ def test_summaries_come_from_the_engine_and_every_failure_falls_back(engine: tup
 def test_a_bad_context_engine_is_a_clear_error(spec: object) -> None:
     with pytest.raises(ConfigError, match="context_engine"):
         Session("openai/sim-model", context_engine=spec, status=None)  # type: ignore[arg-type]
+
+
+def test_a_turn_that_needs_compaction_gets_its_summary_from_the_engine(engine: tuple[str, Path, Path]) -> None:
+    """Not only ``compact()``: the compaction a turn needs before it can be sent asks the engine too
+    (and falls back to the built-in summarizer when the engine errs), in ``send`` and ``asend``."""
+    spec, mode, log = engine
+    with GatewaySimulator(context_window=1_100) as gw:
+        kw = gw.litellm_kwargs()
+        model = kw.pop("model")
+        session = Session(
+            model, **kw, context_engine=spec, archive=Archive.in_memory(session_id="t"),
+            limits=Limits(context_engine_timeout=5, min_keep_recent=2, context_window=1_100), status=None,
+        )  # fmt: skip
+        try:
+            session.add_messages(HISTORY)
+            reply = session.send("Where are we? " + "please " * 120)
+            assert reply.text and session.stats.compactions >= 1
+            assert "Engine notes" in _summary(session) and [c["mode"] for c in _calls(log)] == ["answer"]
+            assert not [r for r in gw.requests if r.kind == "summary"]
+            assert all(r.tokens <= 1_100 for r in gw.requests if r.accepted)
+            mode.write_text("error")
+            session.add_messages(HISTORY)
+            gw.clear_log()
+            reply = asyncio.run(session.asend("And now? " + "please " * 120))
+            assert reply.text and [c["mode"] for c in _calls(log)][-1] == "error"
+            assert [r for r in gw.requests if r.kind == "summary"], "the built-in summarizer wrote this one"
+        finally:
+            session.close()
+
+
+def test_the_example_engine_of_the_docs_writes_the_summaries(tmp_path: Path) -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "howto" / "terminal-and-mcp.md").read_text(encoding="utf-8")
+    code = next(b.split("\n", 1)[1] for b in doc.split("```")[1::2] if "# my_engine.py" in b)
+    script = tmp_path / "my_engine.py"
+    script.write_text(code, encoding="utf-8")
+    with GatewaySimulator() as gw:
+        kw = gw.litellm_kwargs()
+        model = kw.pop("model")
+        session = Session(
+            model, **kw, context_engine=f"mcp:{sys.executable} {script}", archive=Archive.in_memory(session_id="d"),
+            limits=Limits(context_engine_timeout=20, min_keep_recent=2), status=None,
+        )  # fmt: skip
+        try:
+            session.add_messages(HISTORY)
+            assert session.compact().changed
+            assert "\n\nNotes: [user]: We are moving the inventory service to port 8443" in _summary(session)
+            assert not [r for r in gw.requests if r.kind == "summary"]  # the engine wrote it, not the built-in one
+            engine_obj = session.context_engine
+            assert engine_obj is not None and engine_obj.answers == 1 and engine_obj.fallbacks == 0
+        finally:
+            session.close()

@@ -13,6 +13,7 @@ from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator
 from contextkit.sim.context_edit import clear_tool_uses as sim_clear
 from contextkit.tools import ToolResult
+from contextkit.widgets.dashboard import StatsTable
 from contextkit.widgets.gauge import HistoryGauge
 
 
@@ -37,11 +38,13 @@ def test_a_40_turn_agent_is_cleared_by_the_provider_and_mirrored_locally() -> No
         for i in range(40):
             session.send(f'[[tool:read_log {{"n": {i}}}]] step {i}')
         bodies = [json.loads(gw.body(r.seq)) for r in gw.requests if r.kind == "turn"]
+        betas = [gw.headers(r.seq).get("anthropic-beta", "") for r in gw.requests if r.kind == "turn"]
         peak = max(r.tokens for r in gw.requests)
-    # every request carried the edit (litellm adds the context-management beta header for it)
+    # every request carried the edit and the beta header litellm adds for it, as the simulator received them
     edit = {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 100_000},
             "keep": {"type": "tool_uses", "value": 5}, "clear_at_least": {"type": "input_tokens", "value": 20_000}}  # fmt: skip
     assert all(b.get("context_management") == {"edits": [edit]} for b in bodies)
+    assert len(betas) == 80 and all("context-management-2025-06-27" in [x.strip() for x in b.split(",")] for b in betas)
     stats = session.stats
     assert stats.provider_edits >= 1 and stats.provider_cleared_results >= 15
     assert stats.provider_cleared_tokens >= 20_000 * stats.provider_edits
@@ -60,12 +63,18 @@ def test_a_40_turn_agent_is_cleared_by_the_provider_and_mirrored_locally() -> No
     assert len(notices) == stats.provider_edits
     assert "the provider cleared" in notices[0].text and "tokens" in notices[0].text
     assert stats.expected_cache_rebuilds == stats.provider_edits
+    rebuilds = [e for e in session.events if isinstance(e, NoticeEvent) and e.code == "cache_rebuild"]
+    assert len(rebuilds) == stats.expected_cache_rebuilds and "expected rebuild" in rebuilds[0].text
     edits = [e for e in session.events if isinstance(e, ProviderEditEvent)]
     assert sum(e.cleared_results for e in edits) == stats.provider_cleared_results and len(edits) == stats.provider_edits
     # the dashboard's gauge shows the totals
     gauge = HistoryGauge(session)
     assert gauge.provider_cleared_tokens == stats.provider_cleared_tokens
     assert f"provider cleared {stats.provider_cleared_results} tool results" in gauge.info.value
+    table = StatsTable(session)  # the dashboard's numbers: the rebuilds and the cleared tokens
+    assert table.stats["expected_cache_rebuilds"] == stats.expected_cache_rebuilds
+    assert table.stats["provider_cleared_tokens"] == stats.provider_cleared_tokens
+    assert "prompt cache rebuilds after a provider edit" in table.table.value
 
 
 def test_a_provider_without_server_side_editing_ignores_the_option_and_says_so_once() -> None:

@@ -11,6 +11,7 @@ the flow never sees it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from typing import Any
@@ -211,6 +212,9 @@ class EffectRunner:
         latency = time.monotonic() - started
         response = backend.stream_chunk_builder(chunks, messages=effect.messages) if chunks else None
         reply = parse_reply(response, effect.model or self.model, latency, price_as=self.price_as) if response is not None else None
+        if reply is not None and not reply.context_edits and backend.stream_context_edits(stream):
+            # litellm's stream builder does not carry them: read from the stream's final event
+            reply = dataclasses.replace(reply, context_edits=backend.stream_context_edits(stream))
         if reply is not None and (reply.content or reply.tool_calls or backend.provider_finished(stream) is True):
             return reply
         error = ProviderError(

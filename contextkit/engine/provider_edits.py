@@ -7,13 +7,16 @@ for it): above 100,000 input tokens the server clears the oldest tool results, k
 tool uses, and only when that frees at least 20,000 tokens. The server edits its copy only: the
 next request would bring the cleared results back, and the server would clear them again. So when
 an answer reports applied edits, the local history does what the server did - every tool result
-but the 5 newest becomes a stub whose original is archived and recallable - and:
+but the 5 newest becomes a stub whose original is archived and recallable (a JSON answer reports the
+edits in the message; a stream on its final ``message_delta`` event, which ``backend`` keeps because
+litellm's stream parser drops it; both end up in ``ModelReply.context_edits``) - and:
 
 - a ``ProviderEditEvent`` and a ``provider_clearing`` notice (event and status line) say how many
   edits, results and tokens the provider cleared (the dashboard's gauge shows the totals); ``SessionStats.provider_edits`` / ``provider_cleared_results`` /
   ``provider_cleared_tokens`` add them up;
-- the next cache write is counted as an expected rebuild (``expected_cache_rebuilds``): the edit
-  changed the prompt, so the provider writes its cache again - a cost the edit chose, not a break.
+- the next cache write is counted as an expected rebuild (``expected_cache_rebuilds``, a
+  ``cache_rebuild`` notice): the edit changed the prompt, so the provider writes its cache again -
+  a cost the edit chose, not a break.
 
 Providers without an equivalent ignore the option; the session says so once.
 """
@@ -52,6 +55,12 @@ def count_rebuild(ctx: FlowContext, cache_write_tokens: int) -> None:
     if ctx.expect_rebuild and cache_write_tokens > 0:
         ctx.state.stats.expected_cache_rebuilds += 1
         ctx.expect_rebuild = False
+        ctx.notify(
+            "cache_rebuild",
+            f"the provider wrote its prompt cache again ({cache_write_tokens:,} tokens) after its context edit: "
+            "an expected rebuild, not a cache break",
+            "info",
+        )
 
 
 def mirror(ctx: FlowContext, edits: tuple[dict[str, Any], ...]) -> None:

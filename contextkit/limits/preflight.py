@@ -20,7 +20,7 @@ from contextkit.limits.floor import floor_measure, floor_text
 from contextkit.limits.learning import announce_window
 from contextkit.limits.summary_guard import watch_summaries
 from contextkit.markers import marker
-from contextkit.messages import Message, newest_request_index, to_wire_list
+from contextkit.messages import Message, age_messages, newest_request_index, to_wire_list
 from contextkit.policy.breakpoints import EPHEMERAL, anchor_position, breakpoint_positions, with_breakpoints
 from contextkit.policy.budgets import enforce_tool_result_budgets, preview_chars
 from contextkit.policy.microcompact import MicrocompactConfig
@@ -76,6 +76,12 @@ def turn_boundary(ctx: FlowContext) -> None:
     append-only and the provider's prompt cache survives.
     """
     st = ctx.state
+    history, aged = age_messages(st.history, ctx.archive)  # Message(age_out_after=N): stubs after N turns
+    if aged:
+        what = f"{len(aged)} message{'s' if len(aged) != 1 else ''} aged into recallable stubs (originals archived)"
+        ctx.notify("aging", what, "info")
+        _turn_rewrite(ctx, "aging", what, measure(ctx, st.history), history, aged)
+        st.history = history
     history, budget = enforce_tool_result_budgets(
         st.history, archive=ctx.archive, turn_budget=st.turn_budget, per_result=st.per_result_budget,
         preview=_preview_chars(ctx),

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextkit.errors import ConfigError
-from contextkit.markers import ArchiveSink, recall_suffix
-from contextkit.messages import Message, from_wire, to_wire
+from contextkit.markers import ArchiveSink
+from contextkit.messages import Message, aged_stub, from_wire, to_wire
 from contextkit.sizing import dumps, message_bytes, text_tokens
 
 __all__ = ["Assembler", "Assembly", "AssemblyLog", "Block", "BlockLog"]
@@ -308,10 +308,12 @@ class Assembler:
         self._ages[block.name] = (text, count)
         if count <= block.age_out_after:
             return text, ""
-        key = self.archive.put(text, kind="block", origin={"block": block.name})
-        if key is None:  # the archive refused: the block stays whole rather than lose its text
+        stub = aged_stub(
+            text, label=block.name, after=block.age_out_after, unit="calls" if block.age_out_after > 1 else "call",
+            archive=self.archive, kind="block", origin={"block": block.name},
+        )  # fmt: skip
+        if stub is None:  # the archive refused: the block stays whole rather than lose its text
             return text, ""
-        stub = f"[{block.name}: aged out after {block.age_out_after} calls]" + recall_suffix([key])
         return stub, f"aged out after {block.age_out_after} calls (original archived)"
 
     def _budget(self, block: Block, text: str, note: str, left: int) -> tuple[str | None, str, int]:

@@ -6,7 +6,8 @@ model reads it, as Anthropic's API does: when the prompt is above ``trigger`` in
 (default 100,000), the oldest ``tool_result`` blocks are replaced by a placeholder, keeping the
 newest ``keep`` tool uses (default 3); if that frees fewer than ``clear_at_least`` tokens (default
 0) nothing is edited. The answer then reports ``context_management.applied_edits`` with
-``cleared_tool_uses`` and ``cleared_input_tokens``. The client's history is not changed: the
+``cleared_tool_uses`` and ``cleared_input_tokens`` (in a JSON answer at its top level; in an event
+stream on the final ``message_delta`` event). The client's history is not changed: the
 server receives it whole again with the next request, and edits it again.
 """
 
@@ -16,6 +17,7 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
+BETA = "context-management-2025-06-27"  # without it in ``anthropic-beta`` the field is refused (400)
 EDIT_TYPE = "clear_tool_uses_20250919"
 PLACEHOLDER = "[cleared by context management]"
 

@@ -65,7 +65,8 @@ class Upstream(Protocol):
     def _stream_gate(self) -> StreamGate | None: ...
 
 
-def respond(sim: Upstream, route: str, body: bytes, cfg: SimConfig, seq: int) -> Outcome:
+def respond(sim: Upstream, route: str, body: bytes, cfg: SimConfig, seq: int, *, betas: str = "") -> Outcome:
+    """``betas``: the request's ``anthropic-beta`` header (comma-separated beta names)."""
     # unparsed (rejected by the cap): guess the kind from the raw bytes
     kind = "summary" if any(t.encode() in body for t in SUMMARY_TRIGGERS) else "turn"
     if cfg.max_body is not None and len(body) > cfg.max_body:
@@ -79,6 +80,10 @@ def respond(sim: Upstream, route: str, body: bytes, cfg: SimConfig, seq: int) ->
     stream = bool(data.get("stream"))
     edit = None
     if route == wire.ANTHROPIC and data.get("context_management"):
+        if context_edit.BETA not in {b.strip() for b in betas.split(",")}:
+            # outside the beta, Anthropic's schema has no such field
+            message = f"context_management: Extra inputs are not permitted (beta header {context_edit.BETA} missing)"
+            return Outcome(faults.bad_request(route, message), "context_management without its beta", kind=kind)
 
         def count(body: Any) -> int:
             return wire.PRIMING_TOKENS + sum(b.tokens for b in wire.prompt_blocks(route, body))
@@ -177,8 +182,11 @@ def _render(route: str, reply: ScriptedReply, out: Outcome, fault: str | None, s
         if out.context_edit is not None:
             answer["context_management"] = {"applied_edits": [out.context_edit]}
         return wire.json_response(200, answer)
-    stream = wire.anthropic_stream if route == wire.ANTHROPIC else wire.openai_stream
-    chunks = list(stream(reply, model, out.tokens, seq, out.cache))
+    if route == wire.ANTHROPIC:  # streamed, the applied edits come with the final message_delta event
+        management = {"applied_edits": [out.context_edit]} if out.context_edit is not None else None
+        chunks = list(wire.anthropic_stream(reply, model, out.tokens, seq, out.cache, context_management=management))
+    else:
+        chunks = list(wire.openai_stream(reply, model, out.tokens, seq, out.cache))
     if fault in STREAM_FAULTS:
         head = chunks[: max(2, min(5, len(chunks) - 3))]
         tail = [wire.stream_error_event(route)] if fault == "stream_error" else []

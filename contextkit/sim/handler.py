@@ -31,7 +31,9 @@ class Gateway(Upstream, Protocol):
 
     def _next_seq(self) -> int: ...
 
-    def _record(self, seq: int, route: str, path: str, body: bytes, out: Outcome) -> None: ...
+    def _record(
+        self, seq: int, route: str, path: str, body: bytes, out: Outcome, headers: dict[str, str] | None = None
+    ) -> None: ...
 
 
 def serve_post(sim: Gateway, handler: BaseHTTPRequestHandler) -> None:
@@ -42,14 +44,15 @@ def serve_post(sim: Gateway, handler: BaseHTTPRequestHandler) -> None:
     length = int(handler.headers.get("Content-Length") or 0)
     body = handler.rfile.read(length) if length > 0 else b""
     cfg = sim.config
+    headers = {name.lower(): value for name, value in handler.headers.items()}
     if not (path.endswith(("/chat/completions", "/messages"))):
         out = Outcome(faults.not_found(route, path), "not found")
     else:
         try:
-            out = respond(sim, route, body, cfg, seq)
+            out = respond(sim, route, body, cfg, seq, betas=headers.get("anthropic-beta", ""))
         except Exception as exc:  # noqa: BLE001 - a bug in the sim must still answer, not hang the client
             out = Outcome(faults.server_error(route, f"simulator error: {type(exc).__name__}: {exc}"), "sim error")
-    sim._record(seq, route, path, body, out)
+    sim._record(seq, route, path, body, out, headers)
     if out.sleep_then_drop:
         time.sleep(out.sleep_then_drop)
         return

@@ -38,6 +38,8 @@ from contextkit.sim.gate import StreamGate
 from contextkit.sim.gateway import Outcome
 from contextkit.sim.handler import SimHandler, SimServer, serve_post
 
+_CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
+
 __all__ = ["FAULT_KINDS", "SUMMARY_MODES", "GatewaySimulator", "RequestRecord", "SimConfig", "StreamGate"]
 
 
@@ -54,6 +56,7 @@ class GatewaySimulator:
         self._faults: deque[tuple[str, FaultBody]] = deque()  # (kind, body of a "400" / "422")
         self._log: list[RequestRecord] = []
         self._bodies: dict[int, bytes] = {}
+        self._headers: dict[int, dict[str, str]] = {}
         self._seq = 0
         self.cache = PromptCache(min_tokens=self._config.cache_min_tokens, ttl=self._config.cache_ttl)
         self.record_bodies = record_bodies
@@ -166,6 +169,7 @@ class GatewaySimulator:
             self._gate = None
             self._log.clear()
             self._bodies.clear()
+            self._headers.clear()
             self._seq = 0
         self.cache = PromptCache(min_tokens=fresh.cache_min_tokens, ttl=fresh.cache_ttl)
 
@@ -216,6 +220,7 @@ class GatewaySimulator:
         with self._lock:
             self._log.clear()
             self._bodies.clear()
+            self._headers.clear()
             self._seq = 0
 
     def body(self, seq: int) -> bytes:
@@ -225,12 +230,22 @@ class GatewaySimulator:
                 raise ConfigError(f"no body stored for request {seq}; create the simulator with record_bodies=True")
             return self._bodies[seq]
 
+    def headers(self, seq: int) -> dict[str, str]:
+        """The headers of request ``seq`` as received, names lower-cased, credentials (``authorization``,
+        ``x-api-key``, ``api-key``) replaced by ``"<redacted>"`` (only with ``record_bodies=True``)."""
+        with self._lock:
+            if seq not in self._headers:
+                raise ConfigError(f"no headers stored for request {seq}; create the simulator with record_bodies=True")
+            return dict(self._headers[seq])
+
     def _next_seq(self) -> int:
         with self._lock:
             self._seq += 1
             return self._seq
 
-    def _record(self, seq: int, route: str, path: str, body: bytes, out: Outcome) -> None:
+    def _record(
+        self, seq: int, route: str, path: str, body: bytes, out: Outcome, headers: dict[str, str] | None = None
+    ) -> None:
         status = 0 if out.response.drop or out.sleep_then_drop else out.response.status
         rec = RequestRecord(
             seq=seq, route=route, path=path, bytes=len(body), tokens=out.tokens, status=status,
@@ -244,6 +259,9 @@ class GatewaySimulator:
             self._log.append(rec)
             if self.record_bodies:
                 self._bodies[seq] = body
+                self._headers[seq] = {
+                    name: "<redacted>" if name in _CREDENTIAL_HEADERS else value for name, value in (headers or {}).items()
+                }
 
     # request handling (contextkit.sim.handler, contextkit.sim.gateway) ---------------------------
     def handle(self, handler: BaseHTTPRequestHandler) -> None:

@@ -285,8 +285,16 @@ def openai_stream(
 
 
 def anthropic_stream(
-    reply: ScriptedReply, model: str, prompt_tokens: int, seq: int, cache: CacheUse | None = None
+    reply: ScriptedReply,
+    model: str,
+    prompt_tokens: int,
+    seq: int,
+    cache: CacheUse | None = None,
+    *,
+    context_management: dict[str, Any] | None = None,
 ) -> Iterator[bytes]:
+    """Anthropic's event stream. ``context_management`` (the applied server-side edits) rides on the
+    final ``message_delta`` event, beside ``delta`` and ``usage``, as Anthropic's API sends it."""
     message = anthropic_reply(ScriptedReply(), model, prompt_tokens, seq) | {"content": [], "stop_reason": None}
     message["usage"] = anthropic_usage(prompt_tokens, cache) | {"output_tokens": 1}
     yield _sse({"type": "message_start", "message": message}, "message_start")
@@ -309,7 +317,10 @@ def anthropic_stream(
         index += 1
     final: dict[str, Any] = {"stop_reason": _STOP_REASON[reply.finish], "stop_sequence": None}
     usage = {"output_tokens": text_tokens(reply.text)}
-    yield _sse({"type": "message_delta", "delta": final, "usage": usage}, "message_delta")
+    event: dict[str, Any] = {"type": "message_delta", "delta": final, "usage": usage}
+    if context_management is not None:
+        event["context_management"] = context_management
+    yield _sse(event, "message_delta")
     yield _sse({"type": "message_stop"}, "message_stop")
 
 

@@ -106,7 +106,7 @@ STATS: dict[str, tuple[str, str]] = {
     ),
     "provider_cleared_results": (
         "tool results the provider cleared",
-        "Tool results those provider-side edits replaced; the session's own history still holds them.",
+        "Tool results those provider-side edits replaced; the local history mirrors them as stubs, originals archived.",
     ),
     "provider_cleared_tokens": (
         "input tokens the provider's edits freed",
@@ -131,6 +131,10 @@ PHASES: dict[str, tuple[str, str]] = {
         "Trim stage: old tool results become a preview (head and tail), then a one-line pointer to the archive.",
     ),
     "clearing": ("cleared old tool results", "Trim stage: old tool results are replaced by a pointer to the archive."),
+    "aging": (
+        "aged messages into stubs",
+        "Trim stage: a message sent with age_out_after=N became a one-line stub N turns later; the original is archived.",
+    ),
     "budget": (
         "capped big tool results",
         "Trim stage: a tool result over its size budget is cut; the rest is archived.",
