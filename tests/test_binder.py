@@ -65,6 +65,11 @@ def test_binder_serves_voila_live_offline_and_culls_closed_pages() -> None:
     assert json.loads((template / "conf.json").read_text(encoding="utf-8"))["base_template"] == "lab"
     assert "fontawesome" in (template / "index.html.j2").read_text(encoding="utf-8")  # the links it removes
     server = json.loads((config / "jupyter_server_config.json").read_text(encoding="utf-8"))
+    # Voila runs the whole notebook inside one websocket message handler, during which tornado reads no
+    # frame from that socket, pongs included: with pings on, a run longer than the ping timeout (90 s,
+    # a slow Binder) has its socket closed and the rest of the tour never reaches the page
+    assert voila["Voila"]["tornado_settings"]["ws_ping_interval"] == 0
+    assert server["ServerApp"]["tornado_settings"]["ws_ping_interval"] == 0
     for settings in (voila, server):  # standalone Voila reads voila.json, Binder's server its own config
         culling = settings["MappingKernelManager"]
         assert culling["cull_connected"] is False  # a page still open keeps its kernel
