@@ -2,6 +2,9 @@
 sentences, and every figure the sentences give is the one the run measured (its "what happened"
 table, its archive and its event log). The first run from the repository (default temporary folder,
 every figure against the event log, ``git status`` unchanged) is in ``tests/test_cli.py``.
+
+``scripts/demo.sh``'s first run says it is installing and about how long it takes; the second says
+nothing and starts the demo at once (checked with a stand-in Python, so nothing is installed).
 """
 
 from __future__ import annotations
@@ -61,3 +64,45 @@ def test_two_runs_into_one_folder_end_with_three_sentences_that_match_their_figu
         assert kept.startswith(f"It removed nothing for good: {count} pieces ({format_size(total)})"), (run, kept)
         assert f"kept verbatim in {folder / 'archive.sqlite'}" in kept and str(folder / "events.jsonl") in kept
     assert _git_status() == before
+
+
+FAKE_PYTHON = """#!/bin/bash
+# stands in for python3 and for the venv's python: records what it was asked, installs nothing
+echo "python $*" >> "$CALLS"
+if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then
+  mkdir -p "$3/bin"
+  cp "$0" "$3/bin/python"
+  printf '#!/bin/bash\\necho "contextkit $*"\\n' > "$3/bin/contextkit"
+  chmod +x "$3/bin/contextkit"
+fi
+exit 0
+"""
+
+
+def test_scripts_demo_says_on_its_first_run_that_it_installs_and_how_long_and_not_again(tmp_path: Path) -> None:
+    """``scripts/demo.sh`` in a copy of the repository, with a stand-in Python (nothing is installed)."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    for name in ("demo.sh", "_env.sh"):
+        (repo / "scripts" / name).write_text((ROOT / "scripts" / name).read_text(encoding="utf-8"), encoding="utf-8")
+    for name in ("requirements.lock", "pyproject.toml"):
+        (repo / name).write_text((ROOT / name).read_text(encoding="utf-8"), encoding="utf-8")
+    fake = tmp_path / "python3"
+    fake.write_text(FAKE_PYTHON, encoding="utf-8")
+    fake.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "CALLS": str(tmp_path / "calls"), "HOME": str(tmp_path)}
+
+    def demo() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(repo / "scripts" / "demo.sh"), "--steps", "2"], capture_output=True,
+                              text=True, cwd=tmp_path, env=env, timeout=60)  # fmt: skip
+
+    first = demo()
+    assert first.returncode == 0, first.stderr
+    said = first.stderr.splitlines()
+    assert said[0].startswith("contextkit: first run: installing contextkit and its pinned dependencies"), said
+    assert re.search(r"about \d+-\d+ minutes", said[0]) and said[-1] == "contextkit: installed.", said
+    assert first.stdout.strip() == "contextkit demo --steps 2"  # then the demo itself runs
+    assert "pip install -q -r requirements.lock" in (tmp_path / "calls").read_text()
+    second = demo()
+    assert second.returncode == 0 and second.stderr == "", second.stderr  # installed: it starts at once
+    assert second.stdout.strip() == "contextkit demo --steps 2"
