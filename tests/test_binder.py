@@ -1,6 +1,6 @@
 """What the Binder image installs and how it serves Voila (``binder/``), read from the shipped files.
 
-The browser tests (``tests/test_widgets_browser.py``) run Voila through ``binder/start`` with these
+The browser tests (``tests/test_voila_browser.py``) run Voila through ``binder/start`` with these
 settings and see their effect: the tour streams into the page, nothing is requested from a CDN, the
 kernel of a closed page is culled.
 """
