@@ -5,18 +5,21 @@ real sessions (seeds) against the gateway simulator (an agent reading big files,
 unknown 128 KB Cloudflare-style cap on top of the history), priced as a real model (``price_as``), means with 95% intervals through
 ``contextkit.analysis``.
 ``docs/images/dashboard.png``: the browser test's screenshot of the tour's dashboard in Voila at
-the end of its run (``tests/test_widgets_browser.py`` writes ``test-artifacts/voila-dashboard.png``).
+the end of its run, with the figures it shows in ``docs/images/dashboard.json``
+(``tests/test_voila_browser.py`` rewrites both whenever a run's figures differ from them, never for
+pixels alone). Here the figures are compared with the stored tour's outputs, so an image left from an
+older tour fails the suite.
 
-Every run renders and checks both; the committed files are (re)written only when missing or when
-``CONTEXTKIT_REFRESH_DOCS=1`` is set, so a test run does not dirty the work tree with images that
-differ only in timings. The browser test runs after this file: refresh the screenshot with
-``CONTEXTKIT_REFRESH_DOCS=1`` on a second run.
+The chart is rendered and checked on every run; the committed file is (re)written only when missing
+or when ``CONTEXTKIT_REFRESH_DOCS=1`` is set, so a test run does not dirty the work tree with an
+image that differs only in timings.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,7 +29,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT / "docs" / "images"
-SCREENSHOT = ROOT / "test-artifacts" / "voila-dashboard.png"  # the tour as a Voila app, at the end
 
 
 def _refresh(target: Path) -> bool:
@@ -103,12 +105,23 @@ def test_outcomes_chart_for_the_readme(pressure_events: list[dict[str, object]],
     assert committed.lstrip().startswith("<svg") and "recovery L1" in committed and "95% interval" in committed
 
 
-def test_dashboard_screenshot_is_copied_into_docs() -> None:
+def _stored_tour_figures() -> dict[str, str]:
+    """The closing sentence and the priced cost the stored tour (``notebooks/01_tour.ipynb``) shows."""
+    notebook = json.loads((ROOT / "notebooks" / "01_tour.ipynb").read_text(encoding="utf-8"))
+    outputs = [o for cell in notebook["cells"] for o in cell.get("outputs", [])]
+    texts = ["".join(o.get("text", "")) for o in outputs]
+    sentence = [t.strip() for t in texts if "removed pieces" in t][-1]
+    html = ["".join(o.get("data", {}).get("text/html", "")) for o in outputs]
+    costs = [re.findall(r"data-key='cost'.*?<td[^>]*>([^<]*)</td>", h, re.S) for h in html]
+    return {"sentence": sentence, "cost": [c for found in costs for c in found][-1]}
+
+
+def test_the_readme_dashboard_image_shows_the_stored_tour() -> None:
     target = IMAGES / "dashboard.png"
-    if SCREENSHOT.exists() and _refresh(target):
-        IMAGES.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(SCREENSHOT, target)
-    # the committed image must exist and be a real PNG of the rendered dashboard, not a placeholder
-    assert target.exists(), f"{target} is missing: run tests/test_widgets_browser.py, then this test again"
-    data = target.read_bytes()
+    data = target.read_bytes()  # a real PNG of the rendered dashboard, not a placeholder
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    figures = json.loads((IMAGES / "dashboard.json").read_text(encoding="utf-8"))
+    assert figures == _stored_tour_figures(), (
+        "docs/images/dashboard.png shows another run than the stored tour: run tests/test_voila_browser.py "
+        "(it redraws the image when the figures differ) and commit docs/images/"
+    )

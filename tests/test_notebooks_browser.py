@@ -5,7 +5,8 @@ is run), the left sidebar closed as on a projector, and checks what a teacher wo
 dashboard names what the session knows about the gateway (known to pass, known to fail, the send
 limit, the simulator's real cap), notebook 04 shows its chart of those lines as an image (a PNG:
 JupyterLab does not show a stored SVG in an untrusted notebook, as on Binder; the lines and legend
-entries of the chart itself are checked in tests/test_gateway_knowledge.py), the
+entries of the chart are checked in the chart Vega draws live, in tests/test_widgets_browser.py
+(JupyterLab) and tests/test_voila_browser.py (Voila at 1024x768, notebooks 01, 02, 04 and 05)), the
 "what happened" line and the numbers table count the same compactions and recovery steps, no image
 or table is wider than its output area, and the console shows no Vega warning and no failed
 network request. A screenshot of each notebook at each size goes to ``test-artifacts/``.
