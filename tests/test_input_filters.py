@@ -18,7 +18,8 @@ import pytest
 
 from contextkit import Limits
 from contextkit.archive import Archive
-from contextkit.integrations.rewriter import InputRewriter
+from contextkit.errors import ConfigError
+from contextkit.integrations.rewriter import InputRewriter, adapter_session, arguments_json, text_of
 from contextkit.policy.expand import expand_markers
 from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator
@@ -138,3 +139,27 @@ def test_a_pydantic_ai_agent_with_the_history_processor_completes() -> None:
         assert all(r.status == 200 for r in gw.requests)
     with gateway() as gw:
         assert run(gw, None) < TURNS and gw.requests[-1].status in (400, 403)
+
+
+def test_the_adapters_share_their_session_and_message_glue() -> None:
+    pytest.importorskip("agents")
+    pytest.importorskip("pydantic_ai")
+    from contextkit.integrations.openai_agents import ContextkitSession, chat_to_items
+    from contextkit.integrations.pydantic_ai import ContextkitHistory, from_chat
+
+    for adapter in (ContextkitSession, ContextkitHistory):
+        with pytest.raises(ConfigError, match=f"^{adapter.__name__} needs the litellm model string"):
+            adapter()
+    own = Session("openai/sim", status=None, archive=Archive.in_memory(session_id="glue"))
+    assert adapter_session("X", None, own, {}) is own and ContextkitHistory(session=own).session is own
+    options: dict[str, Any] = {"archive": Archive.in_memory(session_id="made")}
+    made = adapter_session("X", "openai/sim", None, options)
+    assert made.model == "openai/sim" and options["status"] is True  # the status line is on by default
+    made.close()
+    own.close()
+    assert text_of([{"type": "text", "text": "a"}, {"type": "image_url"}, {"text": "b"}]) == "a\nb"
+    assert text_of(None) == "" and text_of("as is") == "as is"
+    assert arguments_json({"q": 1}) == '{"q": 1}' and arguments_json("") == "{}" and arguments_json('{"a":2}') == '{"a":2}'
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": {"q": 1}}}]}
+    assert chat_to_items([call]) == [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"q": 1}'}]
+    assert from_chat([call])[0].parts[0].args == '{"q": 1}'

@@ -24,10 +24,11 @@ from typing import Any
 
 from contextkit.engine.effects import ModelReply
 from contextkit.engine.host import HostTurn, fingerprint
+from contextkit.errors import ConfigError
 from contextkit.messages import Message, ToolCall, from_wire
 from contextkit.session.core import Session
 
-__all__ = ["InputRewriter"]
+__all__ = ["InputRewriter", "adapter_session", "arguments_json", "text_of"]
 
 
 class InputRewriter:
@@ -94,3 +95,30 @@ def _compact_json(arguments: str) -> str:
         return json.dumps(json.loads(arguments or "{}"), ensure_ascii=False)
     except ValueError:
         return arguments
+
+
+# shared by the adapters built on InputRewriter (openai_agents.py, pydantic_ai.py) ------------------
+def adapter_session(adapter: str, model: str | None, session: Session | None, options: dict[str, Any]) -> Session:
+    """The session an adapter rewrites for: ``session`` as given, else a new one for ``model`` with
+    ``options`` (the status line on unless they say otherwise)."""
+    if session is not None:
+        return session
+    if model is None:
+        raise ConfigError(f"{adapter} needs the litellm model string (e.g. 'openai/gpt-4o-mini') or session=")
+    options.setdefault("status", True)
+    return Session(model, **options)
+
+
+def text_of(content: Any) -> str:
+    """A chat message's content as one text: a string as is, the text parts of a list joined by lines."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("text") is not None)
+    return str(content or "")
+
+
+def arguments_json(arguments: Any) -> str:
+    """A tool call's arguments as the JSON string frameworks expect (some chat messages carry a dict)."""
+    arguments = arguments or "{}"
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
