@@ -19,13 +19,13 @@ model ``max_retries=0``: contextkit does the retrying.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from contextkit.engine.effects import CallModel, ModelReply
 from contextkit.engine.host import Decision, HostTurn
 from contextkit.errors import require_extra
+from contextkit.integrations.host_loop import adrive, drive
 from contextkit.messages import ToolCall
 from contextkit.session.core import Session
 
@@ -67,37 +67,11 @@ class ContextkitMiddleware(AgentMiddleware):  # type: ignore[misc]
 
     # the hooks ----------------------------------------------------------------------------------------
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        turn = self._begin(request)
-        decision = turn.start()
-        last: Any = None
-        while not decision.finished:
-            assert decision.request is not None
-            if decision.delay:
-                time.sleep(decision.delay)
-            try:
-                last = handler(_request_for(request, decision.request))
-                outcome: Any = _reply(last)
-            except Exception as exc:  # noqa: BLE001 - the turn classifies it
-                outcome = exc
-            decision = turn.feed(outcome)
+        decision, last = drive(self._begin(request), lambda call: handler(_request_for(request, call)), _read)
         return _result(decision, last)
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
-        import asyncio
-
-        turn = self._begin(request)
-        decision = await turn.astart()
-        last: Any = None
-        while not decision.finished:
-            assert decision.request is not None
-            if decision.delay:
-                await asyncio.sleep(decision.delay)
-            try:
-                last = await handler(_request_for(request, decision.request))
-                outcome: Any = _reply(last)
-            except Exception as exc:  # noqa: BLE001 - the turn classifies it
-                outcome = exc
-            decision = await turn.afeed(outcome)
+        decision, last = await adrive(self._begin(request), lambda call: handler(_request_for(request, call)), _read)
         return _result(decision, last)
 
     # internals ----------------------------------------------------------------------------------------
@@ -146,6 +120,10 @@ def _ai_message(result: Any) -> Any:
         return result
     messages = getattr(result, "result", None) or getattr(getattr(result, "model_response", None), "result", None)
     return next((m for m in reversed(messages or []) if isinstance(m, AIMessage)), None)
+
+
+def _read(result: Any, call: CallModel) -> ModelReply:
+    return _reply(result)
 
 
 def _reply(result: Any) -> ModelReply:
