@@ -10,8 +10,6 @@ the filter the same agent fails at the gateway.
 from __future__ import annotations
 
 import asyncio
-import functools
-import random
 from typing import Any
 
 import pytest
@@ -23,21 +21,15 @@ from contextkit.integrations.rewriter import InputRewriter, adapter_session, arg
 from contextkit.policy.expand import expand_markers
 from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator
+from contextkit.sim.pastes import TURNS
+from contextkit.sim.pastes import document as pasted_document
+from contextkit.sim.pastes import paste_gateway as gateway
 
-TURNS = 20
 LIMITS = Limits(context_window=32_768, max_payload="64KB")
 
 
-@functools.cache
 def document(i: int) -> str:
-    rnd = random.Random(1000 + i)
-    words = [f"DOC-{i}"]
-    size = rnd.randint(6_000, 10_000)
-    length = len(words[0])
-    while length < size:
-        words.append(f"p{i}x{rnd.randint(0, 999_999)}")
-        length += len(words[-1]) + 1
-    return " ".join(words)
+    return pasted_document(i, seed=1000, word="p")
 
 
 def ask(i: int) -> str:
@@ -48,10 +40,6 @@ def ask(i: int) -> str:
 def recoverable(session: Session) -> list[int]:
     text = expand_markers("\n".join(m.content for m in session.history), session.archive)
     return [i for i in range(TURNS) if document(i) in text]
-
-
-def gateway() -> GatewaySimulator:
-    return GatewaySimulator(max_body="64KB", reject_with="waf403", context_window=32_768)
 
 
 def test_the_rewriter_feeds_the_answer_it_finds_and_closes_a_turn_left_unanswered(gw: GatewaySimulator) -> None:
