@@ -33,3 +33,16 @@ def test_configs_carry_the_cap_the_upstream_and_the_crs_threshold(tmp_path):
     assert f"deny_status 403 if {{ req.body_size gt {CAP} }}" in haproxy and "127.0.0.1:4242" in haproxy
     apache = ModSecurityGateway(4242, anomaly_threshold=10, directory=tmp_path / "a").config()
     assert f"SecRequestBodyLimit {CAP}" in apache and "inbound_anomaly_score_threshold=10" in apache
+
+
+def test_a_middlebox_without_its_config_and_command_cannot_be_built(tmp_path):
+    class Half(middlebox.Middlebox):
+        kind = "squid"
+
+        def config(self) -> str:
+            return ""
+
+    with pytest.raises(TypeError, match=r"abstract method.*command"):
+        Half(1, directory=tmp_path)
+    with pytest.raises(TypeError, match="abstract method"):
+        middlebox.Middlebox(1, directory=tmp_path)

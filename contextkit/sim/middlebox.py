@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
 
@@ -63,8 +64,8 @@ def install_hint(kind: str) -> str:
     return f"`apt-get install {_BINARIES[kind][1]}` (scripts/test.sh does it)"
 
 
-class Middlebox:
-    """A server started as a foreground process in a temp dir; subclasses write its config."""
+class Middlebox(ABC):
+    """A server started as a foreground process in a temp dir; subclasses write its config and command."""
 
     kind: ClassVar[str] = ""
     stop_signal: ClassVar[int] = signal.SIGTERM
@@ -88,13 +89,15 @@ class Middlebox:
         return f"{self.origin}/v1"
 
     # lifecycle ---------------------------------------------------------------------------------
+    @abstractmethod
     def config(self) -> str:
-        raise NotImplementedError
+        """The server's config file (written to ``server.conf`` in its directory)."""
 
+    @abstractmethod
     def command(self, binary: str) -> list[str]:
-        raise NotImplementedError
+        """The command line that runs ``binary`` in the foreground on that config."""
 
-    def prepare(self) -> None:
+    def prepare(self) -> None:  # noqa: B027 - a hook, not abstract: most servers need nothing but their config
         """Files the server needs besides its config (folders, pages)."""
 
     def start(self, timeout: float = 30.0) -> Middlebox:
