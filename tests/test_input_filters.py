@@ -17,7 +17,8 @@ import pytest
 from contextkit import Limits
 from contextkit.archive import Archive
 from contextkit.errors import ConfigError
-from contextkit.integrations.rewriter import InputRewriter, adapter_session, arguments_json, text_of
+from contextkit.integrations.content import arguments_json, text_of
+from contextkit.integrations.rewriter import InputRewriter, adapter_session
 from contextkit.policy.expand import expand_markers
 from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator
@@ -147,6 +148,8 @@ def test_the_adapters_share_their_session_and_message_glue() -> None:
     own.close()
     assert text_of([{"type": "text", "text": "a"}, {"type": "image_url"}, {"text": "b"}]) == "a\nb"
     assert text_of(None) == "" and text_of("as is") == "as is"
+    responses_parts = [{"type": "input_text", "text": "a"}, {"type": "text", "text": "b"}, {"type": "thinking", "text": "c"}]
+    assert text_of(responses_parts) == "a\nb\nc" and text_of(responses_parts, text_parts_only=True) == "b"
     assert arguments_json({"q": 1}) == '{"q": 1}' and arguments_json("") == "{}" and arguments_json('{"a":2}') == '{"a":2}'
     call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": {"q": 1}}}]}
     assert chat_to_items([call]) == [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"q": 1}'}]

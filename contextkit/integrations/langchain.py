@@ -25,6 +25,7 @@ from typing import Any
 from contextkit.engine.effects import CallModel, ModelReply
 from contextkit.engine.host import Decision, HostTurn
 from contextkit.errors import require_extra
+from contextkit.integrations.content import text_of
 from contextkit.integrations.host_loop import adrive, drive
 from contextkit.messages import ToolCall
 from contextkit.session.core import Session
@@ -108,11 +109,7 @@ def _tool_name(tool: Any) -> str:
 
 
 def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return str(content or "")
+    return text_of(content, text_parts_only=True)
 
 
 def _ai_message(result: Any) -> Any:

@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from contextkit.errors import require_extra
-from contextkit.integrations.rewriter import InputRewriter, adapter_session, arguments_json, text_of
+from contextkit.integrations.content import arguments_json, text_of
+from contextkit.integrations.rewriter import InputRewriter, adapter_session
 from contextkit.session.core import Session
 
 require_extra("the pydantic-ai adapter", "pydantic_ai", extra="integrations")

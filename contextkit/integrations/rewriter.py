@@ -28,7 +28,7 @@ from contextkit.errors import ConfigError
 from contextkit.messages import Message, ToolCall, from_wire
 from contextkit.session.core import Session
 
-__all__ = ["InputRewriter", "adapter_session", "arguments_json", "text_of"]
+__all__ = ["InputRewriter", "adapter_session"]
 
 
 class InputRewriter:
@@ -108,17 +108,3 @@ def adapter_session(adapter: str, model: str | None, session: Session | None, op
     options.setdefault("status", True)
     return Session(model, **options)
 
-
-def text_of(content: Any) -> str:
-    """A chat message's content as one text: a string as is, the text parts of a list joined by lines."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("text") is not None)
-    return str(content or "")
-
-
-def arguments_json(arguments: Any) -> str:
-    """A tool call's arguments as the JSON string frameworks expect (some chat messages carry a dict)."""
-    arguments = arguments or "{}"
-    return arguments if isinstance(arguments, str) else json.dumps(arguments)
