@@ -34,11 +34,7 @@ class ServiceHandler(BaseHTTPRequestHandler):
     ) -> None:
         """A whole response: status, headers, ``Content-Length`` and the body. No ``content_type``: no
         ``Content-Type`` header (an empty 5xx from some proxies has none)."""
-        self.send_response(status)
-        if content_type:
-            self.send_header("Content-Type", content_type)
-        for name, value in headers:
-            self.send_header(name, value)
+        self._send_head(status, content_type, headers)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -50,13 +46,16 @@ class ServiceHandler(BaseHTTPRequestHandler):
         self, status: int = 200, content_type: str | None = "text/event-stream", headers: Iterable[tuple[str, str]] = ()
     ) -> None:
         """The head of a response whose body follows in pieces (no ``Content-Length``; not cached)."""
+        self._send_head(status, content_type, headers)
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+
+    def _send_head(self, status: int, content_type: str | None, headers: Iterable[tuple[str, str]]) -> None:
         self.send_response(status)
         if content_type:
             self.send_header("Content-Type", content_type)
         for name, value in headers:
             self.send_header(name, value)
-        self.send_header("Cache-Control", "no-cache")
-        self.end_headers()
 
     def send_events(self, events: Iterable[bytes]) -> None:
         """Write each event as it comes (flushed: the client reads it before the next one exists)."""
