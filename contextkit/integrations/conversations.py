@@ -27,7 +27,7 @@ from contextkit.engine.effects import CallModel, Reply
 from contextkit.engine.host import Decision, HostTurn, fingerprint
 from contextkit.errors import ConfigError, InvalidMessageError, UsageError
 from contextkit.events import EventLog
-from contextkit.integrations.host_loop import adrive, drive
+from contextkit.integrations.host_loop import adrive, drive, reply_of
 from contextkit.messages import from_wire
 from contextkit.session.core import Session
 from contextkit.settings import Limits
@@ -199,11 +199,7 @@ def backend_empty_stream() -> Exception:
 
 
 def _result(decision: Decision, last: Any, stream: bool) -> Any:
-    if decision.action == "fail":
-        assert decision.error is not None
-        raise decision.error
-    reply = decision.reply
-    assert reply is not None
+    reply = reply_of(decision)
     if stream:
         return iter(_replay(last, reply))
     _patch(last, reply)

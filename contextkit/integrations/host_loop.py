@@ -13,10 +13,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from contextkit.engine.effects import CallModel
+from contextkit.engine.effects import CallModel, Reply
 from contextkit.engine.host import Decision, HostTurn
 
-__all__ = ["adrive", "drive"]
+__all__ = ["adrive", "drive", "reply_of"]
 
 
 def drive(turn: HostTurn, call: Callable[[CallModel], Any], read: Callable[[Any, CallModel], Any]) -> tuple[Decision, Any]:
@@ -51,3 +51,12 @@ async def adrive(
             outcome = exc
         decision = await turn.afeed(outcome)
     return decision, last
+
+
+def reply_of(decision: Decision) -> Reply:
+    """The reply of a turn that ended ``done``; a failed turn's error is raised (the history is as before it)."""
+    if decision.action == "fail":
+        assert decision.error is not None
+        raise decision.error
+    assert decision.reply is not None
+    return decision.reply

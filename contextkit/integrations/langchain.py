@@ -26,7 +26,7 @@ from contextkit.engine.effects import CallModel, ModelReply
 from contextkit.engine.host import Decision, HostTurn
 from contextkit.errors import require_extra
 from contextkit.integrations.content import text_of
-from contextkit.integrations.host_loop import adrive, drive
+from contextkit.integrations.host_loop import adrive, drive, reply_of
 from contextkit.messages import ToolCall
 from contextkit.session.core import Session
 
@@ -146,11 +146,7 @@ def _reply(result: Any) -> ModelReply:
 
 
 def _result(decision: Decision, last: Any) -> Any:
-    if decision.action == "fail":
-        assert decision.error is not None
-        raise decision.error
-    reply = decision.reply
-    assert reply is not None
+    reply = reply_of(decision)
     message = _ai_message(last)
     kept = {c.id for c in reply.tool_calls_made}
     calls = [c for c in (message.tool_calls or ()) if c.get("id") in kept]
