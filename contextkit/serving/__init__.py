@@ -1,7 +1,7 @@
 """Local HTTP services: an HTTP server in a daemon thread (``LocalService``) and the writes its
 handlers share (``ServiceHandler``). The gateway simulator (``sim/``) and ``contextkit proxy``
-(``integrations/``) both serve this way; neither may import the other, so the common part lives here,
-below both."""
+(``integrations/``) both serve this way; the common part lives here, below both, so the proxy does not
+depend on the simulator."""
 
 from __future__ import annotations
 
