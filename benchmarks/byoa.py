@@ -30,54 +30,44 @@ contextkit.offline()
 
 from contextkit.archive import Archive  # noqa: E402 - after the offline environment is set
 from contextkit.policy.expand import expand_markers  # noqa: E402
-from contextkit.sim import GatewaySimulator  # noqa: E402
-from contextkit.sim.pastes import (  # noqa: E402 - the workload the acceptance test runs too
-    TURNS,
-    ClientRun,
-    anthropic_run,
-    completion_run,
-    documents_in,
-    langchain_run,
-    openai_run,
-    paste_gateway,
-)
+from contextkit.sim import GatewaySimulator, pastes  # noqa: E402 - pastes: the workload its acceptance test runs too
 
 
-def langchain(gw: GatewaySimulator, managed: bool) -> tuple[ClientRun, Any]:
+def langchain(gw: GatewaySimulator, managed: bool) -> tuple[pastes.ClientRun, Any]:
     from contextkit.integrations.langchain import ContextkitMiddleware
 
     middleware = ContextkitMiddleware(gw.model, api_base=gw.api_base, api_key="sim-key", status=None,
                                       archive=Archive.in_memory(session_id="lc")) if managed else None  # fmt: skip
-    return langchain_run(gw, middleware), middleware.session if middleware else None
+    return pastes.langchain_run(gw, middleware), middleware.session if middleware else None
 
 
-def openai_sdk(gw: GatewaySimulator, managed: bool) -> tuple[ClientRun, Any]:
+def openai_sdk(gw: GatewaySimulator, managed: bool) -> tuple[pastes.ClientRun, Any]:
     from contextkit.integrations.proxy import ProxyServer
 
     proxy = ProxyServer(gw.api_base, archive=Archive.in_memory(session_id="px"), status=None).start() if managed else None
     try:
-        run = openai_run(proxy.base_url if proxy else gw.api_base, stream_every=3)
+        run = pastes.openai_run(proxy.base_url if proxy else gw.api_base, stream_every=3)
         return run, proxy.conversations.sessions[0] if proxy else None
     finally:
         if proxy:
             proxy.stop()
 
 
-def completion(gw: GatewaySimulator, managed: bool) -> tuple[ClientRun, Any]:
+def completion(gw: GatewaySimulator, managed: bool) -> tuple[pastes.ClientRun, Any]:
     from contextkit.backend import completion as plain
     from contextkit.integrations import Conversations
 
     conversations = Conversations(archive=Archive.in_memory(session_id="cc"), status=None)
-    run = completion_run(conversations.completion if managed else plain, gw)
+    run = pastes.completion_run(conversations.completion if managed else plain, gw)
     return run, conversations.sessions[0] if managed else None
 
 
-def anthropic_sdk(gw: GatewaySimulator, managed: bool) -> tuple[ClientRun, Any]:
+def anthropic_sdk(gw: GatewaySimulator, managed: bool) -> tuple[pastes.ClientRun, Any]:
     from contextkit.integrations.proxy import ProxyServer
 
     proxy = ProxyServer(gw.api_base, archive=Archive.in_memory(session_id="an"), status=None).start() if managed else None
     try:
-        run = anthropic_run(proxy.anthropic_base_url if proxy else gw.anthropic_api_base)
+        run = pastes.anthropic_run(proxy.anthropic_base_url if proxy else gw.anthropic_api_base)
         return run, proxy.conversations.sessions[0] if proxy else None
     finally:
         if proxy:
@@ -89,13 +79,13 @@ CLIENTS = {"langchain": langchain, "openai-sdk": openai_sdk, "completion": compl
 
 def main() -> int:
     print(f"bring your own agent - {dt.date.today().isoformat()} - 64 KB WAF-403 gateway, 32k window, "
-          f"{TURNS} turns of 6-10 KB documents")  # fmt: skip
+          f"{pastes.TURNS} turns of 6-10 KB documents")  # fmt: skip
     print(f"{'client':<12} {'contextkit':<10} {'turns':>5} {'requests':>8} {'refused':>7} {'largest':>8} "
           f"{'recoverable':>11} {'seconds':>7}  error")  # fmt: skip
     failed = False
     for name, run in CLIENTS.items():
         for managed in (True, False):
-            with paste_gateway() as gw:
+            with pastes.paste_gateway() as gw:
                 started = time.monotonic()
                 client_run, session = run(gw, managed)
                 seconds = time.monotonic() - started
@@ -108,8 +98,8 @@ def main() -> int:
             recoverable = "-"
             if session is not None:
                 text = expand_markers("\n".join(m.content for m in session.history), session.archive)
-                recoverable = f"{len(documents_in(text))}/{TURNS}"
-                failed |= done < TURNS or recoverable != f"{TURNS}/{TURNS}"
+                recoverable = f"{len(pastes.documents_in(text))}/{pastes.TURNS}"
+                failed |= done < pastes.TURNS or recoverable != f"{pastes.TURNS}/{pastes.TURNS}"
             refused = sum(not r.accepted for r in log)
             largest = max((r.bytes for r in log), default=0)
             print(f"{name:<12} {'yes' if managed else 'no':<10} {done:>5} {len(log):>8} {refused:>7} "
