@@ -46,3 +46,19 @@ def test_a_middlebox_without_its_config_and_command_cannot_be_built(tmp_path):
         Half(1, directory=tmp_path)
     with pytest.raises(TypeError, match="abstract method"):
         middlebox.Middlebox(1, directory=tmp_path)
+
+
+def test_a_server_process_removes_only_the_temp_dir_it_made(tmp_path):
+    from contextkit.sim.nginx import NginxGateway, ServerProcess
+    from contextkit.sim.postgres import PostgresServer
+
+    own = PostgresServer()
+    assert own.dir.is_dir() and own.process is None and own.port == 0
+    own.cleanup()  # never started: nothing to stop, the temp dir goes
+    assert not own.dir.exists()
+    given = NginxGateway(1, directory=tmp_path / "given")
+    given.dir.mkdir()
+    given.cleanup()
+    assert given.dir.is_dir()  # a directory the caller named stays
+    with pytest.raises(TypeError, match="abstract method"):
+        ServerProcess(tmp_path, prefix="x")
