@@ -317,3 +317,12 @@ def test_import_contextkit_stays_light() -> None:
         "assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_metrics_long_melts_the_named_metrics_by_label_and_drops_nulls() -> None:
+    from contextkit.analysis.charts import metrics_long
+
+    df = pl.DataFrame({"who": ["a", "b"], "n": [1, None], "rate": [0.5, 0.25], "other": [9, 9]})
+    long = metrics_long(df, ["who"], {"n": "count", "rate": "success rate"})
+    assert long.columns == ["who", "metric", "value"] and long.schema["value"] == pl.Float64
+    assert sorted(long.rows()) == [("a", "count", 1.0), ("a", "success rate", 0.5), ("b", "success rate", 0.25)]

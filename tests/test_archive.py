@@ -310,3 +310,43 @@ def test_a_database_url_is_shown_and_saved_without_its_password() -> None:
     url = "postgresql://ck:s3cret@db:5432/x?options=-csearch_path%3Dt1&password=zz&sslmode=require"
     assert safe_label(url) == "postgresql://ck@db:5432/x?options=-csearch_path%3Dt1&sslmode=require"
     assert is_database_url(url) and is_database_url("postgres://h/db") and not is_database_url("archive.sqlite")
+
+
+def test_a_shared_store_closes_with_its_last_user_and_counts_live_scopes() -> None:
+    """The lifecycle both backends inherit (``archive/sharing.py``), on a stand-in connection: the
+    PostgreSQL backend runs it too, without a server here."""
+    import threading
+
+    from contextkit.archive.postgres import PostgresStore
+    from contextkit.archive.sharing import SharedStore
+    from contextkit.archive.sqlite import SqliteStore
+
+    assert issubclass(SqliteStore, SharedStore) and issubclass(PostgresStore, SharedStore)
+    assert SqliteStore._shared is not PostgresStore._shared  # each backend keeps its own registry
+
+    class Conn:
+        closed = 0
+
+        def close(self) -> None:
+            Conn.closed += 1
+
+    class Store(SharedStore):
+        _shared: dict = {}
+        _shared_lock = threading.RLock()
+
+        def __init__(self) -> None:
+            self.conn, self.label, self.lock, self.users, self.live, self._key = Conn(), "x", threading.RLock(), 0, {}, None
+
+    first = Store._share((1, "db"), Store)
+    assert Store._share((1, "db"), Store) is first and first.users == 2
+    first.acquire("a")
+    first.acquire("a")
+    first.release("a", user=False)
+    assert first.live_scopes() == {"a"} and first.users == 2
+    first.release("a")
+    assert first.live_scopes() == set() and Conn.closed == 0
+    first.release(None)
+    assert Conn.closed == 1 and first.conn is None and (1, "db") not in Store._shared
+    with pytest.raises(ArchiveError, match="is closed"):
+        first.add_user()
+    assert Store._share((1, "db"), Store) is not first  # a closed store is replaced, not reused

@@ -2,11 +2,14 @@
 
 Every test drives ``Session.begin`` / ``begin_from`` by hand, the way an adapter does, against the
 simulator over real HTTP: the host sends ``decision.request`` with litellm and feeds back what came.
+The last tests drive a ``HostTurn`` over a scripted flow, to pin its own loop (sync and async alike).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Generator
 from typing import Any
 
 import pytest
@@ -15,6 +18,7 @@ from contextkit import AuthenticationFailed, InvalidMessageError, Limits, Messag
 from contextkit.archive import Archive
 from contextkit.backend import completion
 from contextkit.engine.driver import parse_reply
+from contextkit.engine.effects import CallModel, RunTools, Sleep
 from contextkit.engine.host import Decision, HostTurn
 from contextkit.events import LimitEvent, NoticeEvent
 from contextkit.session.core import Session
@@ -152,3 +156,45 @@ def test_one_turn_at_a_time_and_feed_needs_a_request(gw: GatewaySimulator) -> No
     assert session.history == []
     with pytest.raises(InvalidMessageError, match="expected a list of messages"):
         session.begin("hi")  # type: ignore[arg-type]
+
+
+def _scripted_flow(seen: list[Any]) -> Generator[Any, Any, str]:
+    """A turn flow that waits, asks for a tool round, then for one model call, and ends."""
+    seen.append((yield Sleep(0.5)))
+    seen.append((yield RunTools(calls=())))
+    seen.append(type((yield CallModel(messages=[], tools=None, params={}, bytes=1, tokens=1))).__name__)
+    return "the reply"
+
+
+def _fails(effect: Any) -> Any:
+    raise ValueError("the tool runner broke")
+
+
+async def _arun(effect: Any) -> str:
+    return "ran async"
+
+
+async def _afails(effect: Any) -> str:
+    raise ValueError("the async tool runner broke")
+
+
+def test_a_host_turn_runs_effects_then_asks_and_ends_the_same_way_sync_and_async() -> None:
+    for arun in (None, _arun):
+        seen: list[Any] = []
+        turn = HostTurn(_scripted_flow(seen), run_effect=lambda effect: "ran", arun_effect=arun)
+        first = asyncio.run(turn.astart()) if arun else turn.start()
+        assert (first.action, first.delay, first.request is not None) == ("retry", 0.5, True)
+        end = asyncio.run(turn.afeed(TimeoutError("slow"))) if arun else turn.feed(TimeoutError("slow"))
+        assert (end.action, end.reply) == ("done", "the reply")
+        assert seen == [None, "ran async" if arun else "ran", "ModelFailure"]
+        assert turn.request is None
+
+
+def test_an_effect_that_raises_fails_the_turn_sync_and_async() -> None:
+    sync = HostTurn(_scripted_flow([]), run_effect=_fails)
+    decision = sync.start()
+    assert decision.action == "fail" and str(decision.error) == "the tool runner broke"
+    async_turn = HostTurn(_scripted_flow([]), run_effect=_fails, arun_effect=_afails)
+    decision = asyncio.run(async_turn.astart())
+    assert decision.action == "fail" and str(decision.error) == "the async tool runner broke"
+    assert async_turn.request is None

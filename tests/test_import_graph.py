@@ -114,6 +114,7 @@ def test_contextkit_has_no_import_cycles() -> None:
 # its own folder and the folders listed before its own, never one listed after it.
 LAYERS = (
     "vocabulary",  # errors, messages, markers, events, sizing, settings, tools, backend
+    "serving",  # the local HTTP service that sim/ and integrations/ (the proxy) both run
     "failures",
     "display",
     "policy",

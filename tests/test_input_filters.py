@@ -10,33 +10,27 @@ the filter the same agent fails at the gateway.
 from __future__ import annotations
 
 import asyncio
-import functools
-import random
 from typing import Any
 
 import pytest
 
 from contextkit import Limits
 from contextkit.archive import Archive
-from contextkit.integrations.rewriter import InputRewriter
+from contextkit.errors import ConfigError
+from contextkit.integrations.content import arguments_json, text_of
+from contextkit.integrations.rewriter import InputRewriter, adapter_session
 from contextkit.policy.expand import expand_markers
 from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator
+from contextkit.sim.pastes import TURNS
+from contextkit.sim.pastes import document as pasted_document
+from contextkit.sim.pastes import paste_gateway as gateway
 
-TURNS = 20
 LIMITS = Limits(context_window=32_768, max_payload="64KB")
 
 
-@functools.cache
 def document(i: int) -> str:
-    rnd = random.Random(1000 + i)
-    words = [f"DOC-{i}"]
-    size = rnd.randint(6_000, 10_000)
-    length = len(words[0])
-    while length < size:
-        words.append(f"p{i}x{rnd.randint(0, 999_999)}")
-        length += len(words[-1]) + 1
-    return " ".join(words)
+    return pasted_document(i, seed=1000, word="p")
 
 
 def ask(i: int) -> str:
@@ -47,10 +41,6 @@ def ask(i: int) -> str:
 def recoverable(session: Session) -> list[int]:
     text = expand_markers("\n".join(m.content for m in session.history), session.archive)
     return [i for i in range(TURNS) if document(i) in text]
-
-
-def gateway() -> GatewaySimulator:
-    return GatewaySimulator(max_body="64KB", reject_with="waf403", context_window=32_768)
 
 
 def test_the_rewriter_feeds_the_answer_it_finds_and_closes_a_turn_left_unanswered(gw: GatewaySimulator) -> None:
@@ -138,3 +128,29 @@ def test_a_pydantic_ai_agent_with_the_history_processor_completes() -> None:
         assert all(r.status == 200 for r in gw.requests)
     with gateway() as gw:
         assert run(gw, None) < TURNS and gw.requests[-1].status in (400, 403)
+
+
+def test_the_adapters_share_their_session_and_message_glue() -> None:
+    pytest.importorskip("agents")
+    pytest.importorskip("pydantic_ai")
+    from contextkit.integrations.openai_agents import ContextkitSession, chat_to_items
+    from contextkit.integrations.pydantic_ai import ContextkitHistory, from_chat
+
+    for adapter in (ContextkitSession, ContextkitHistory):
+        with pytest.raises(ConfigError, match=f"^{adapter.__name__} needs the litellm model string"):
+            adapter()
+    own = Session("openai/sim", status=None, archive=Archive.in_memory(session_id="glue"))
+    assert adapter_session("X", None, own, {}) is own and ContextkitHistory(session=own).session is own
+    options: dict[str, Any] = {"archive": Archive.in_memory(session_id="made")}
+    made = adapter_session("X", "openai/sim", None, options)
+    assert made.model == "openai/sim" and options["status"] is True  # the status line is on by default
+    made.close()
+    own.close()
+    assert text_of([{"type": "text", "text": "a"}, {"type": "image_url"}, {"text": "b"}]) == "a\nb"
+    assert text_of(None) == "" and text_of("as is") == "as is"
+    responses_parts = [{"type": "input_text", "text": "a"}, {"type": "text", "text": "b"}, {"type": "thinking", "text": "c"}]
+    assert text_of(responses_parts) == "a\nb\nc" and text_of(responses_parts, text_parts_only=True) == "b"
+    assert arguments_json({"q": 1}) == '{"q": 1}' and arguments_json("") == "{}" and arguments_json('{"a":2}') == '{"a":2}'
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": {"q": 1}}}]}
+    assert chat_to_items([call]) == [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"q": 1}'}]
+    assert from_chat([call])[0].parts[0].args == '{"q": 1}'

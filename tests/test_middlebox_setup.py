@@ -33,3 +33,32 @@ def test_configs_carry_the_cap_the_upstream_and_the_crs_threshold(tmp_path):
     assert f"deny_status 403 if {{ req.body_size gt {CAP} }}" in haproxy and "127.0.0.1:4242" in haproxy
     apache = ModSecurityGateway(4242, anomaly_threshold=10, directory=tmp_path / "a").config()
     assert f"SecRequestBodyLimit {CAP}" in apache and "inbound_anomaly_score_threshold=10" in apache
+
+
+def test_a_middlebox_without_its_config_and_command_cannot_be_built(tmp_path):
+    class Half(middlebox.Middlebox):
+        kind = "squid"
+
+        def config(self) -> str:
+            return ""
+
+    with pytest.raises(TypeError, match=r"abstract method.*command"):
+        Half(1, directory=tmp_path)
+    with pytest.raises(TypeError, match="abstract method"):
+        middlebox.Middlebox(1, directory=tmp_path)
+
+
+def test_a_server_process_removes_only_the_temp_dir_it_made(tmp_path):
+    from contextkit.sim.nginx import NginxGateway, ServerProcess
+    from contextkit.sim.postgres import PostgresServer
+
+    own = PostgresServer()
+    assert own.dir.is_dir() and own.process is None and own.port == 0
+    own.cleanup()  # never started: nothing to stop, the temp dir goes
+    assert not own.dir.exists()
+    given = NginxGateway(1, directory=tmp_path / "given")
+    given.dir.mkdir()
+    given.cleanup()
+    assert given.dir.is_dir()  # a directory the caller named stays
+    with pytest.raises(TypeError, match="abstract method"):
+        ServerProcess(tmp_path, prefix="x")

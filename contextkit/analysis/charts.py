@@ -22,6 +22,7 @@ __all__ = [
     "OUTCOMES_SCHEMA",
     "history_vs_cap_chart",
     "history_vs_cap_data",
+    "metrics_long",
     "outcomes",
     "outcomes_chart",
     "prefix_reuse_chart",
@@ -64,6 +65,18 @@ def _require(df: pl.DataFrame, columns: tuple[str, ...], what: str) -> None:
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ValueError(f"{what} needs columns {missing}; pass the frame built by contextkit.analysis.frames()")
+
+
+def metrics_long(df: pl.DataFrame, index: list[str], metrics: dict[str, str]) -> pl.DataFrame:
+    """``df``'s ``metrics`` columns melted for a faceted chart: rows of ``*index, metric, value``, the
+    value a float, the metric by its label (``metrics``: column -> label), nulls dropped."""
+    return (
+        df.select(*index, *metrics)
+        .with_columns(pl.col(m).cast(pl.Float64) for m in metrics)
+        .unpivot(index=index, on=list(metrics), variable_name="metric", value_name="value")
+        .drop_nulls("value")
+        .with_columns(pl.col("metric").replace_strict(metrics, return_dtype=pl.String))
+    )
 
 
 def _data(df: pl.DataFrame) -> alt.InlineData:
@@ -160,13 +173,7 @@ def outcomes_chart(table: Frames | pl.DataFrame) -> alt.FacetChart:
     """
     df = outcomes(table) if isinstance(table, Frames) else table
     _require(df, ("label", "source", *_OUTCOME_METRICS), "outcomes_chart")
-    long = (
-        df.select("label", "source", *_OUTCOME_METRICS)
-        .with_columns(pl.col(m).cast(pl.Float64) for m in _OUTCOME_METRICS)
-        .unpivot(index=["label", "source"], on=list(_OUTCOME_METRICS), variable_name="metric", value_name="value")
-        .drop_nulls("value")
-        .with_columns(pl.col("metric").replace_strict(_OUTCOME_METRICS, return_dtype=pl.String))
-    )
+    long = metrics_long(df, ["label", "source"], _OUTCOME_METRICS)
     # a metric that is zero everywhere (the cost of a session nobody priced) would be an empty panel
     shown = [m for m in _OUTCOME_METRICS.values() if long.filter((pl.col("metric") == m) & (pl.col("value") != 0)).height]
     long = long.filter(pl.col("metric").is_in(shown))

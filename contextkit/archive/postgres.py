@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from contextkit.archive.query import COMMON_AT, Query, scope_tag, split_common, tokens
 from contextkit.archive.records import ScopeInfo, SearchHit, preview_of, searchable_text
+from contextkit.archive.sharing import SharedStore
 from contextkit.errors import ArchiveError, require_extra
 
 SCHEMA_VERSION = 1
@@ -88,7 +89,7 @@ def _phrase(tags: Sequence[str], phrase: Sequence[str]) -> str:
     return "(" + " | ".join(f"({p})" for p in parts) + ")"
 
 
-class PostgresStore:
+class PostgresStore(SharedStore):
     """One PostgreSQL database and this process's connection to it; see the module docstring."""
 
     _shared: ClassVar[dict[tuple[int, str], PostgresStore]] = {}
@@ -132,53 +133,7 @@ class PostgresStore:
 
     @classmethod
     def shared(cls, url: str) -> PostgresStore:
-        key = (os.getpid(), url)
-        with cls._shared_lock:
-            store = cls._shared.get(key)
-            if store is None or store.conn is None:
-                store = cls(url)
-                store._key = key
-                cls._shared[key] = store
-            store.users += 1
-            return store
-
-    # lifecycle (the same counting as SqliteStore: under the class lock, never inside self.lock) -----
-    def add_user(self) -> None:
-        with PostgresStore._shared_lock:
-            if self.conn is None:
-                raise ArchiveError(f"the archive at {self.label} is closed; open a new Archive to make a view")
-            self.users += 1
-
-    def acquire(self, scope: str) -> None:
-        with PostgresStore._shared_lock:
-            self.live[scope] = self.live.get(scope, 0) + 1
-
-    def live_scopes(self) -> set[str]:
-        with PostgresStore._shared_lock:
-            return set(self.live)
-
-    def release(self, scope: str | None, *, user: bool = True) -> None:
-        with PostgresStore._shared_lock:
-            if scope is not None:
-                left = self.live.get(scope, 0) - 1
-                if left > 0:
-                    self.live[scope] = left
-                else:
-                    self.live.pop(scope, None)
-            if not user:
-                return
-            self.users -= 1
-            if self.users > 0:
-                return
-            if self._key is not None and PostgresStore._shared.get(self._key) is self:
-                del PostgresStore._shared[self._key]
-        self.close()
-
-    def close(self) -> None:
-        with self.lock:
-            if self.conn is not None:
-                self.conn.close()
-                self.conn = None
+        return cls._share((os.getpid(), url), lambda: cls(url))
 
     @contextmanager
     def cursor(self, action: str, *, write: bool = False) -> Iterator[Any]:

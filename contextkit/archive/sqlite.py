@@ -24,6 +24,7 @@ from contextkit.archive import sqlite_schema as schema
 from contextkit.archive.diagnose import explain, explain_os
 from contextkit.archive.query import COMMON_AT, Query, scope_tag, split_common
 from contextkit.archive.records import ScopeInfo, SearchHit, preview_of
+from contextkit.archive.sharing import SharedStore
 from contextkit.errors import ArchiveError
 
 BUSY_TIMEOUT_MS = 30_000
@@ -34,7 +35,7 @@ ROW = "e.id, e.key, e.session_id, e.kind, e.origin_text, e.bytes, e.turn, e.crea
 Row = tuple[int, str, str, str, str, int, int | None, float, str]
 
 
-class SqliteStore:
+class SqliteStore(SharedStore):
     """One SQLite database (a file or ``:memory:``) and its connection; see the module docstring."""
 
     _shared: ClassVar[dict[tuple[int, str], SqliteStore]] = {}
@@ -69,15 +70,7 @@ class SqliteStore:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise explain_os(exc, str(path), path, f"create the folder {path.parent}") from None
-        key = (os.getpid(), os.path.realpath(path))
-        with cls._shared_lock:
-            store = cls._shared.get(key)
-            if store is None or store.conn is None:
-                store = cls(str(path), str(path), path)
-                store._key = key
-                cls._shared[key] = store
-            store.users += 1
-            return store
+        return cls._share((os.getpid(), os.path.realpath(path)), lambda: cls(str(path), str(path), path))
 
     @classmethod
     def private(cls) -> SqliteStore:
@@ -113,46 +106,6 @@ class SqliteStore:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-
-    # lifecycle ------------------------------------------------------------------------------------
-    # Users and live scopes are counted under the class lock, never while holding ``self.lock``
-    # (the connection's): one lock order, so opening and closing in many threads cannot deadlock.
-    def add_user(self) -> None:
-        with SqliteStore._shared_lock:
-            if self.conn is None:
-                raise ArchiveError(f"the archive at {self.label} is closed; open a new Archive to make a view")
-            self.users += 1
-
-    def acquire(self, scope: str) -> None:
-        with SqliteStore._shared_lock:
-            self.live[scope] = self.live.get(scope, 0) + 1
-
-    def live_scopes(self) -> set[str]:
-        with SqliteStore._shared_lock:
-            return set(self.live)
-
-    def release(self, scope: str | None, *, user: bool = True) -> None:
-        with SqliteStore._shared_lock:
-            if scope is not None:
-                left = self.live.get(scope, 0) - 1
-                if left > 0:
-                    self.live[scope] = left
-                else:
-                    self.live.pop(scope, None)
-            if not user:
-                return
-            self.users -= 1
-            if self.users > 0:
-                return
-            if self._key is not None and SqliteStore._shared.get(self._key) is self:
-                del SqliteStore._shared[self._key]
-        self.close()
-
-    def close(self) -> None:
-        with self.lock:
-            if self.conn is not None:
-                self.conn.close()
-                self.conn = None
 
     @contextmanager
     def cursor(self, action: str, *, write: bool = False) -> Iterator[sqlite3.Connection]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,46 +130,52 @@ class HostTurn:
         return outcome, "continue"
 
     def _advance(self, value: Any, after: str) -> Decision:
+        decision = next(self._steps(value, after, run_here=True))
+        assert isinstance(decision, Decision)  # run_here: the steps yield only the decision
+        return decision
+
+    async def _aadvance(self, value: Any, after: str) -> Decision:
+        arun = self._arun
+        steps = self._steps(value, after, run_here=arun is None)
+        step = next(steps)
+        while not isinstance(step, Decision):
+            assert arun is not None  # with run_here the steps yield only the decision
+            try:
+                result = await arun(step)
+            except Exception as exc:  # noqa: BLE001 - thrown in where the effect was asked for: the turn fails with it
+                step = steps.throw(exc)
+            else:
+                step = steps.send(result)
+        return step
+
+    def _steps(self, value: Any, after: str, *, run_here: bool) -> Generator[Decision | SummaryRequest | RunTools, Any, None]:
+        """Drive the flow to its next model call or to its end; the last thing yielded is that ``Decision``.
+
+        The summaries and tool rounds the flow asks for on the way run here (``run_here``: the sync
+        host) or are yielded to the caller, which sends their result back in or throws their error in
+        (the async host: one loop for both, whether the effect is awaited or not).
+        """
         delay = 0.0
         try:
             while True:
                 effect = self._flow.send(value)
                 if isinstance(effect, CallModel):
-                    return self._ask(effect, after, delay)
+                    decision = self._ask(effect, after, delay)
+                    break
                 if isinstance(effect, Sleep):
                     delay += effect.seconds
                     after, value = "retry", None
                 elif isinstance(effect, StreamNote):
                     value = None
                 elif isinstance(effect, SummaryRequest | RunTools):
-                    value = self._run(effect)
+                    value = self._run(effect) if run_here else (yield effect)
                 else:
                     raise TypeError(f"unknown effect {effect!r}")  # a new effect type without a host is a bug
         except StopIteration as stop:
-            return self._end(Decision("done", reply=stop.value))
+            decision = self._end(Decision("done", reply=stop.value))
         except Exception as exc:  # noqa: BLE001 - the flow rolled the turn back; the host decides what to raise
-            return self._end(Decision("fail", error=exc))
-
-    async def _aadvance(self, value: Any, after: str) -> Decision:
-        delay = 0.0
-        try:
-            while True:
-                effect = self._flow.send(value)
-                if isinstance(effect, CallModel):
-                    return self._ask(effect, after, delay)
-                if isinstance(effect, Sleep):
-                    delay += effect.seconds
-                    after, value = "retry", None
-                elif isinstance(effect, StreamNote):
-                    value = None
-                elif isinstance(effect, SummaryRequest | RunTools):
-                    value = await self._arun(effect) if self._arun is not None else self._run(effect)
-                else:
-                    raise TypeError(f"unknown effect {effect!r}")
-        except StopIteration as stop:
-            return self._end(Decision("done", reply=stop.value))
-        except Exception as exc:  # noqa: BLE001 - the flow rolled the turn back; the host decides what to raise
-            return self._end(Decision("fail", error=exc))
+            decision = self._end(Decision("fail", error=exc))
+        yield decision
 
     def _ask(self, effect: CallModel, after: str, delay: float) -> Decision:
         self._pending = effect

@@ -18,6 +18,7 @@ from typing import Any
 import altair as alt
 import polars as pl
 
+from contextkit.analysis.charts import metrics_long
 from contextkit.experiments.registry import BASELINES, CONTEXTKIT_STRATEGIES
 from contextkit.experiments.runner import EXIT_MISSING, default_executor, exit_status, run_sweep, save_results
 from contextkit.experiments.summary import format_table, summarize
@@ -65,13 +66,7 @@ _STRATEGY_METRICS = {
 
 def strategy_chart(summary: pl.DataFrame) -> alt.FacetChart:
     """Bars per strategy for the headline metrics of ``summarize`` output, one panel per metric."""
-    long = (
-        summary.select("strategy", "gateway", *_STRATEGY_METRICS)
-        .with_columns(pl.col(m).cast(pl.Float64) for m in _STRATEGY_METRICS)
-        .unpivot(index=["strategy", "gateway"], on=list(_STRATEGY_METRICS), variable_name="metric", value_name="value")
-        .drop_nulls("value")
-        .with_columns(pl.col("metric").replace_strict(_STRATEGY_METRICS, return_dtype=pl.String))
-    )
+    long = metrics_long(summary, ["strategy", "gateway"], _STRATEGY_METRICS)
     return (
         alt.Chart(alt.InlineData(values=long.to_dicts()))
         .mark_bar()

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from contextkit.errors import InvalidMessageError
+from contextkit.integrations.content import text_of
 
 __all__ = ["message_events", "message_json", "to_chat_request"]
 
@@ -66,11 +67,7 @@ def _chat_messages(message: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(b.get("text", "")) for b in content if isinstance(b, Mapping) and b.get("type") == "text")
-    return str(content or "")
+    return text_of(content, text_parts_only=True)
 
 
 def message_json(response: Any, model: str) -> dict[str, Any]:

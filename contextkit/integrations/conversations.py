@@ -14,7 +14,6 @@ answered: the turn is decided - retried, recovered - before the first chunk reac
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 import time
@@ -28,6 +27,7 @@ from contextkit.engine.effects import CallModel, Reply
 from contextkit.engine.host import Decision, HostTurn, fingerprint
 from contextkit.errors import ConfigError, InvalidMessageError, UsageError
 from contextkit.events import EventLog
+from contextkit.integrations.host_loop import adrive, drive, reply_of
 from contextkit.messages import from_wire
 from contextkit.session.core import Session
 from contextkit.settings import Limits
@@ -124,36 +124,18 @@ class Conversations:
                    **kwargs: Any) -> Any:  # fmt: skip
         """``litellm.completion`` through the conversation's session (see the module docstring)."""
         session, turn, stream, kw = self._begin(model, messages, conversation_id, kwargs)
-        decision = turn.start()
-        last: Any = None
-        while not decision.finished:
-            assert decision.request is not None
-            if decision.delay:
-                time.sleep(decision.delay)
-            try:
-                last = _call(session, decision.request, kw, stream)
-                outcome: Any = _reply(session, last, decision.request, stream)
-            except Exception as exc:  # noqa: BLE001 - the turn classifies it
-                outcome = exc
-            decision = turn.feed(outcome)
+        decision, last = drive(
+            turn, lambda request: _call(session, request, kw, stream), lambda got, request: _reply(session, got, request, stream)
+        )
         return _result(decision, last, stream)
 
     async def acompletion(self, model: str, messages: Sequence[Any], *, conversation_id: str | None = None,
                           **kwargs: Any) -> Any:  # fmt: skip
         """``litellm.acompletion`` through the conversation's session."""
         session, turn, stream, kw = self._begin(model, messages, conversation_id, kwargs)
-        decision = await turn.astart()
-        last: Any = None
-        while not decision.finished:
-            assert decision.request is not None
-            if decision.delay:
-                await asyncio.sleep(decision.delay)
-            try:
-                last = await _acall(session, decision.request, kw, stream)
-                outcome: Any = _reply(session, last, decision.request, stream)
-            except Exception as exc:  # noqa: BLE001 - the turn classifies it
-                outcome = exc
-            decision = await turn.afeed(outcome)
+        decision, last = await adrive(
+            turn, lambda request: _acall(session, request, kw, stream), lambda got, request: _reply(session, got, request, stream)
+        )
         result = _result(decision, last, stream)
         return _aiter(result) if stream else result
 
@@ -175,13 +157,18 @@ class Conversations:
         return session, turn, stream, kwargs
 
 
-def _call(session: Session, request: CallModel, kwargs: dict[str, Any], stream: bool) -> Any:
+def _arguments(session: Session, request: CallModel, kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """litellm's keywords for ``request`` (the caller's, the turn's parameters, its tools) and the timeout."""
     call = {**kwargs, **request.params}
     if request.tools:
         call["tools"] = request.tools
     else:
         call.pop("tool_choice", None)
-    timeout = call.pop("timeout", session.limits.request_timeout)
+    return call, call.pop("timeout", session.limits.request_timeout)
+
+
+def _call(session: Session, request: CallModel, kwargs: dict[str, Any], stream: bool) -> Any:
+    call, timeout = _arguments(session, request, kwargs)
     if stream:
         chunks = list(backend.completion(session.model, request.messages, timeout=timeout, stream=True, **call))
         return chunks
@@ -189,12 +176,7 @@ def _call(session: Session, request: CallModel, kwargs: dict[str, Any], stream: 
 
 
 async def _acall(session: Session, request: CallModel, kwargs: dict[str, Any], stream: bool) -> Any:
-    call = {**kwargs, **request.params}
-    if request.tools:
-        call["tools"] = request.tools
-    else:
-        call.pop("tool_choice", None)
-    timeout = call.pop("timeout", session.limits.request_timeout)
+    call, timeout = _arguments(session, request, kwargs)
     if stream:
         response = await backend.acompletion(session.model, request.messages, timeout=timeout, stream=True, **call)
         return [chunk async for chunk in response]
@@ -217,11 +199,7 @@ def backend_empty_stream() -> Exception:
 
 
 def _result(decision: Decision, last: Any, stream: bool) -> Any:
-    if decision.action == "fail":
-        assert decision.error is not None
-        raise decision.error
-    reply = decision.reply
-    assert reply is not None
+    reply = reply_of(decision)
     if stream:
         return iter(_replay(last, reply))
     _patch(last, reply)

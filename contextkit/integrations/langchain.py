@@ -19,13 +19,14 @@ model ``max_retries=0``: contextkit does the retrying.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from contextkit.engine.effects import CallModel, ModelReply
 from contextkit.engine.host import Decision, HostTurn
 from contextkit.errors import require_extra
+from contextkit.integrations.content import text_of
+from contextkit.integrations.host_loop import adrive, drive, reply_of
 from contextkit.messages import ToolCall
 from contextkit.session.core import Session
 
@@ -67,37 +68,11 @@ class ContextkitMiddleware(AgentMiddleware):  # type: ignore[misc]
 
     # the hooks ----------------------------------------------------------------------------------------
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        turn = self._begin(request)
-        decision = turn.start()
-        last: Any = None
-        while not decision.finished:
-            assert decision.request is not None
-            if decision.delay:
-                time.sleep(decision.delay)
-            try:
-                last = handler(_request_for(request, decision.request))
-                outcome: Any = _reply(last)
-            except Exception as exc:  # noqa: BLE001 - the turn classifies it
-                outcome = exc
-            decision = turn.feed(outcome)
+        decision, last = drive(self._begin(request), lambda call: handler(_request_for(request, call)), _read)
         return _result(decision, last)
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
-        import asyncio
-
-        turn = self._begin(request)
-        decision = await turn.astart()
-        last: Any = None
-        while not decision.finished:
-            assert decision.request is not None
-            if decision.delay:
-                await asyncio.sleep(decision.delay)
-            try:
-                last = await handler(_request_for(request, decision.request))
-                outcome: Any = _reply(last)
-            except Exception as exc:  # noqa: BLE001 - the turn classifies it
-                outcome = exc
-            decision = await turn.afeed(outcome)
+        decision, last = await adrive(self._begin(request), lambda call: handler(_request_for(request, call)), _read)
         return _result(decision, last)
 
     # internals ----------------------------------------------------------------------------------------
@@ -134,11 +109,7 @@ def _tool_name(tool: Any) -> str:
 
 
 def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return str(content or "")
+    return text_of(content, text_parts_only=True)
 
 
 def _ai_message(result: Any) -> Any:
@@ -146,6 +117,10 @@ def _ai_message(result: Any) -> Any:
         return result
     messages = getattr(result, "result", None) or getattr(getattr(result, "model_response", None), "result", None)
     return next((m for m in reversed(messages or []) if isinstance(m, AIMessage)), None)
+
+
+def _read(result: Any, call: CallModel) -> ModelReply:
+    return _reply(result)
 
 
 def _reply(result: Any) -> ModelReply:
@@ -171,11 +146,7 @@ def _reply(result: Any) -> ModelReply:
 
 
 def _result(decision: Decision, last: Any) -> Any:
-    if decision.action == "fail":
-        assert decision.error is not None
-        raise decision.error
-    reply = decision.reply
-    assert reply is not None
+    reply = reply_of(decision)
     message = _ai_message(last)
     kept = {c.id for c in reply.tool_calls_made}
     calls = [c for c in (message.tool_calls or ()) if c.get("id") in kept]

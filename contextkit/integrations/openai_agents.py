@@ -12,11 +12,11 @@ on its own terms. To have contextkit classify and recover failures too, point th
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from contextkit.errors import require_extra
-from contextkit.integrations.rewriter import InputRewriter
+from contextkit.integrations.content import arguments_json, text_of
+from contextkit.integrations.rewriter import InputRewriter, adapter_session
 from contextkit.session.core import Session
 
 require_extra("the OpenAI Agents SDK adapter", "agents", extra="integrations")
@@ -35,13 +35,7 @@ class ContextkitSession(SessionABC):  # type: ignore[misc]
     session_id: str
 
     def __init__(self, model: str | None = None, *, session: Session | None = None, **session_options: Any) -> None:
-        if session is None:
-            if model is None:
-                from contextkit.errors import ConfigError
-
-                raise ConfigError("ContextkitSession needs the litellm model string (e.g. 'openai/gpt-4o-mini') or session=")
-            session_options.setdefault("status", True)
-            session = Session(model, **session_options)
+        session = adapter_session("ContextkitSession", model, session, session_options)
         self.contextkit = session
         self.session_id = session.session_id
         self.rewriter = InputRewriter(session)
@@ -74,7 +68,7 @@ class ContextkitSession(SessionABC):  # type: ignore[misc]
         out = self.rewriter.rewrite(messages, tools=tools)
         instructions = None
         if out and out[0].get("role") == "system":
-            instructions = _text(out.pop(0).get("content"))
+            instructions = text_of(out.pop(0).get("content"))
         return ModelInputData(input=chat_to_items(out), instructions=instructions)
 
 
@@ -84,24 +78,16 @@ def chat_to_items(messages: list[dict[str, Any]]) -> list[Any]:
     for m in messages:
         role = m.get("role")
         if role == "tool":
-            items.append({"type": "function_call_output", "call_id": m["tool_call_id"], "output": _text(m.get("content"))})
+            items.append({"type": "function_call_output", "call_id": m["tool_call_id"], "output": text_of(m.get("content"))})
         elif role == "assistant":
-            text = _text(m.get("content"))
+            text = text_of(m.get("content"))
             if text:
                 items.append({"role": "assistant", "content": text})
             for call in m.get("tool_calls") or ():
                 function = call["function"]
-                arguments = function.get("arguments") or "{}"
                 items.append({"type": "function_call", "call_id": call["id"], "name": function["name"],
-                              "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)})  # fmt: skip
+                              "arguments": arguments_json(function.get("arguments"))})  # fmt: skip
         else:
-            items.append({"role": role, "content": _text(m.get("content"))})
+            items.append({"role": role, "content": text_of(m.get("content"))})
     return items
 
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("text") is not None)
-    return str(content or "")

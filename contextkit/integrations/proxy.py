@@ -24,16 +24,15 @@ import hmac
 import ipaddress
 import json
 import logging
-import threading
 from collections.abc import Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlparse
 
 from contextkit.errors import AuthenticationFailed, ConfigError, ContextkitError, ProviderError, UsageError
 from contextkit.events import EventLog
 from contextkit.integrations.anthropic_wire import message_events, message_json, to_chat_request
 from contextkit.integrations.conversations import Conversations
+from contextkit.serving import LocalService, ServiceHandler
 from contextkit.settings import Limits
 
 __all__ = ["ProxyServer", "is_loopback", "run_proxy_cli"]
@@ -51,7 +50,113 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class ProxyServer:
+def _client_key(headers: Mapping[str, str]) -> str | None:
+    auth = headers.get("authorization") or ""
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return headers.get("x-api-key")
+
+
+def _without_v1(url: str) -> str:
+    return url[:-3] if url.endswith("/v1") else url
+
+
+def _status(exc: BaseException) -> int:
+    if isinstance(exc, AuthenticationFailed):
+        return 401
+    if isinstance(exc, UsageError):
+        return 400
+    if isinstance(exc, ProviderError):
+        failure = getattr(exc, "failure", None)
+        status = getattr(failure, "status", None)
+        return int(status) if isinstance(status, int) and 400 <= status < 600 else 502
+    return 500
+
+
+class _Handler(ServiceHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "contextkit-proxy"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("proxy: " + format, *args)
+
+    @property
+    def proxy(self) -> ProxyServer:
+        return self.service  # type: ignore[no-any-return]
+
+    def _headers(self) -> dict[str, str]:
+        return {k.lower(): v for k, v in self.headers.items()}
+
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        if not self.proxy.authorised(self._headers()):
+            return self._error(401, "missing or wrong access token (send it as the API key)", anthropic=False)
+        if url.path == "/contextkit/events":
+            since = int((parse_qs(url.query).get("since") or ["0"])[0] or 0)
+            events = self.proxy.events.to_dicts()[since:]
+            return self.send_json(200, {"events": events, "next": since + len(events)})
+        if url.path in ("/health", "/contextkit/health"):
+            return self.send_json(200, {"ok": True, "conversations": len(self.proxy.conversations.sessions)})
+        self._error(404, f"no route {url.path}; the proxy serves POST /v1/chat/completions and /v1/messages", anthropic=False)
+
+    def do_POST(self) -> None:
+        path = urlparse(self.path).path.rstrip("/")
+        anthropic = path.endswith("/messages")
+        headers = self._headers()
+        if not self.proxy.authorised(headers):
+            return self._error(401, "missing or wrong access token (send it as the API key)", anthropic=anthropic)
+        length = int(headers.get("content-length") or 0)
+        if length > MAX_REQUEST_BYTES:
+            return self._error(413, f"request body of {length} bytes is above the proxy's {MAX_REQUEST_BYTES}", anthropic=anthropic)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError as exc:
+            return self._error(400, f"the body is not JSON: {exc}", anthropic=anthropic)
+        if not isinstance(body, dict):
+            return self._error(400, "the body must be a JSON object", anthropic=anthropic)
+        stream = bool(body.get("stream"))
+        try:
+            if path.endswith("/chat/completions"):
+                result = self.proxy.chat(body, headers)
+                return self._sse(_chat_chunks(result)) if stream else self.send_json(200, result.model_dump(exclude_none=True))
+            if anthropic:
+                body.pop("stream", None)
+                message = self.proxy.messages(body, headers)
+                return self._sse(_anthropic_events(message)) if stream else self.send_json(200, message)
+        except ContextkitError as exc:
+            return self._error(_status(exc), str(exc), anthropic=anthropic)
+        except Exception as exc:
+            log.exception("proxy: request failed")
+            return self._error(500, f"{type(exc).__name__}: {exc}", anthropic=anthropic)
+        self._error(404, f"no route {path}; the proxy serves POST /v1/chat/completions and /v1/messages", anthropic=False)
+
+    def _sse(self, events: Iterator[bytes]) -> None:
+        # HTTP/1.1 keeps connections open; an event stream without a length ends when this one closes
+        self.send_stream_head(headers=[("Connection", "close")])
+        self.close_connection = True
+        self.send_events(events)
+
+    def _error(self, status: int, message: str, *, anthropic: bool) -> None:
+        kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+                413: "request_too_large"}.get(status, "api_error")  # fmt: skip
+        if anthropic:
+            self.send_json(status, {"type": "error", "error": {"type": kind, "message": message}})
+        else:
+            self.send_json(status, {"error": {"message": message, "type": kind, "code": status}})
+
+
+def _chat_chunks(chunks: Any) -> Iterator[bytes]:
+    for chunk in chunks:
+        yield b"data: " + chunk.model_dump_json(exclude_none=True).encode() + b"\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+def _anthropic_events(message: dict[str, Any]) -> Iterator[bytes]:
+    for name, data in message_events(message):
+        yield f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+class ProxyServer(LocalService):
     """``with ProxyServer(upstream="http://127.0.0.1:8000/v1") as proxy:`` then point a client at
     ``proxy.base_url`` (OpenAI SDK) or ``proxy.anthropic_base_url`` (Anthropic SDK).
 
@@ -93,31 +198,25 @@ class ProxyServer:
             raise ConfigError("the access token must be a string of at least 16 characters (e.g. `openssl rand -hex 16`)")
         self.upstream = upstream.rstrip("/")
         self.anthropic_upstream = (anthropic_upstream or _without_v1(self.upstream)).rstrip("/")
-        self.host, self._port = host, port
+        super().__init__(host, port)
         self.token = token
         self.upstream_api_key = upstream_api_key
         self.conversations = Conversations(limits=limits, archive=archive, events=events, **session_options)
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def events(self) -> EventLog:
         return self.conversations.events
 
-    # lifecycle ------------------------------------------------------------------------------------
-    def start(self) -> ProxyServer:
-        if self._server is not None:
-            return self
-        server = ThreadingHTTPServer((self.host, self._port), _Handler)
-        server.daemon_threads = True
-        server.proxy = self  # type: ignore[attr-defined]
-        self._server = server
-        self._port = int(server.server_address[1])
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"contextkit-proxy-{self._port}", daemon=True)  # fmt: skip
-        self._thread.start()
-        where = "loopback only: other machines cannot reach it" if is_loopback(self.host) else "reachable from other machines; requests need the access token"
-        log.info("contextkit proxy listening on http://%s:%d (%s), upstream %s", self.host, self._port, where, self.upstream)
+    # lifecycle (LocalService: start, stop, `with`, port) --------------------------------------------
+    handler = _Handler
+    thread_name = "contextkit-proxy"
+    not_running = "the proxy is not running; use `with ProxyServer(...) as proxy:` or proxy.start()"
+
+    def start(self) -> Self:
+        if not self.running:
+            super().start()
+            where = "loopback only: other machines cannot reach it" if is_loopback(self.host) else "reachable from other machines; requests need the access token"
+            log.info("contextkit proxy listening on http://%s:%d (%s), upstream %s", self.host, self._port, where, self.upstream)
         return self
 
     def serve_forever(self) -> None:
@@ -129,30 +228,12 @@ class ProxyServer:
             self.stop()
 
     def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        super().stop()
         self.conversations.close()
-
-    def __enter__(self) -> ProxyServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise ConfigError("the proxy is not running; use `with ProxyServer(...) as proxy:` or proxy.start()")
-        return self._port
 
     @property
     def anthropic_base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return self.root_url
 
     @property
     def base_url(self) -> str:
@@ -196,125 +277,6 @@ class ProxyServer:
             api_base=self.anthropic_upstream, api_key=self.upstream_key(headers), tools=tools or None, **params,
         )  # fmt: skip
         return message_json(response, model)
-
-
-def _client_key(headers: Mapping[str, str]) -> str | None:
-    auth = headers.get("authorization") or ""
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip()
-    return headers.get("x-api-key")
-
-
-def _without_v1(url: str) -> str:
-    return url[:-3] if url.endswith("/v1") else url
-
-
-def _status(exc: BaseException) -> int:
-    if isinstance(exc, AuthenticationFailed):
-        return 401
-    if isinstance(exc, UsageError):
-        return 400
-    if isinstance(exc, ProviderError):
-        failure = getattr(exc, "failure", None)
-        status = getattr(failure, "status", None)
-        return int(status) if isinstance(status, int) and 400 <= status < 600 else 502
-    return 500
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "contextkit-proxy"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("proxy: " + format, *args)
-
-    @property
-    def proxy(self) -> ProxyServer:
-        return self.server.proxy  # type: ignore[attr-defined, no-any-return]
-
-    def _headers(self) -> dict[str, str]:
-        return {k.lower(): v for k, v in self.headers.items()}
-
-    def do_GET(self) -> None:
-        url = urlparse(self.path)
-        if not self.proxy.authorised(self._headers()):
-            return self._error(401, "missing or wrong access token (send it as the API key)", anthropic=False)
-        if url.path == "/contextkit/events":
-            since = int((parse_qs(url.query).get("since") or ["0"])[0] or 0)
-            events = self.proxy.events.to_dicts()[since:]
-            return self._json(200, {"events": events, "next": since + len(events)})
-        if url.path in ("/health", "/contextkit/health"):
-            return self._json(200, {"ok": True, "conversations": len(self.proxy.conversations.sessions)})
-        self._error(404, f"no route {url.path}; the proxy serves POST /v1/chat/completions and /v1/messages", anthropic=False)
-
-    def do_POST(self) -> None:
-        path = urlparse(self.path).path.rstrip("/")
-        anthropic = path.endswith("/messages")
-        headers = self._headers()
-        if not self.proxy.authorised(headers):
-            return self._error(401, "missing or wrong access token (send it as the API key)", anthropic=anthropic)
-        length = int(headers.get("content-length") or 0)
-        if length > MAX_REQUEST_BYTES:
-            return self._error(413, f"request body of {length} bytes is above the proxy's {MAX_REQUEST_BYTES}", anthropic=anthropic)
-        try:
-            body = json.loads(self.rfile.read(length) or b"{}")
-        except ValueError as exc:
-            return self._error(400, f"the body is not JSON: {exc}", anthropic=anthropic)
-        if not isinstance(body, dict):
-            return self._error(400, "the body must be a JSON object", anthropic=anthropic)
-        stream = bool(body.get("stream"))
-        try:
-            if path.endswith("/chat/completions"):
-                result = self.proxy.chat(body, headers)
-                return self._sse(_chat_chunks(result)) if stream else self._json(200, result.model_dump(exclude_none=True))
-            if anthropic:
-                body.pop("stream", None)
-                message = self.proxy.messages(body, headers)
-                return self._sse(_anthropic_events(message)) if stream else self._json(200, message)
-        except ContextkitError as exc:
-            return self._error(_status(exc), str(exc), anthropic=anthropic)
-        except Exception as exc:
-            log.exception("proxy: request failed")
-            return self._error(500, f"{type(exc).__name__}: {exc}", anthropic=anthropic)
-        self._error(404, f"no route {path}; the proxy serves POST /v1/chat/completions and /v1/messages", anthropic=False)
-
-    def _json(self, status: int, data: Any) -> None:
-        payload = json.dumps(data, default=str).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def _sse(self, events: Iterator[bytes]) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.close_connection = True
-        for event in events:
-            self.wfile.write(event)
-            self.wfile.flush()
-
-    def _error(self, status: int, message: str, *, anthropic: bool) -> None:
-        kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-                413: "request_too_large"}.get(status, "api_error")  # fmt: skip
-        if anthropic:
-            self._json(status, {"type": "error", "error": {"type": kind, "message": message}})
-        else:
-            self._json(status, {"error": {"message": message, "type": kind, "code": status}})
-
-
-def _chat_chunks(chunks: Any) -> Iterator[bytes]:
-    for chunk in chunks:
-        yield b"data: " + chunk.model_dump_json(exclude_none=True).encode() + b"\n\n"
-    yield b"data: [DONE]\n\n"
-
-
-def _anthropic_events(message: dict[str, Any]) -> Iterator[bytes]:
-    for name, data in message_events(message):
-        yield f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
 
 def run_proxy_cli(argv: list[str]) -> int:

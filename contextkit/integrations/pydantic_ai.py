@@ -13,11 +13,11 @@ front of the model's client to have contextkit classify and recover failures too
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from contextkit.errors import require_extra
-from contextkit.integrations.rewriter import InputRewriter
+from contextkit.integrations.content import arguments_json, text_of
+from contextkit.integrations.rewriter import InputRewriter, adapter_session
 from contextkit.session.core import Session
 
 require_extra("the pydantic-ai adapter", "pydantic_ai", extra="integrations")
@@ -40,15 +40,8 @@ class ContextkitHistory:
     any keyword goes to ``contextkit.Session``; ``session=``: a session of your own."""
 
     def __init__(self, model: str | None = None, *, session: Session | None = None, **session_options: Any) -> None:
-        if session is None:
-            if model is None:
-                from contextkit.errors import ConfigError
-
-                raise ConfigError("ContextkitHistory needs the litellm model string (e.g. 'openai/gpt-4o-mini') or session=")
-            session_options.setdefault("status", True)
-            session = Session(model, **session_options)
-        self.session = session
-        self.rewriter = InputRewriter(session)
+        self.session = adapter_session("ContextkitHistory", model, session, session_options)
+        self.rewriter = InputRewriter(self.session)
 
     def __call__(self, messages: list[Any]) -> list[Any]:
         return from_chat(self.rewriter.rewrite(to_chat(messages)))
@@ -88,15 +81,13 @@ def from_chat(messages: list[dict[str, Any]]) -> list[Any]:
     names: dict[str, str] = {}
     out: list[Any] = []
     for m in messages:
-        role, content = m.get("role"), _text(m.get("content"))
+        role, content = m.get("role"), text_of(m.get("content"))
         if role == "assistant":
             parts: list[Any] = [TextPart(content)] if content else []
             for call in m.get("tool_calls") or ():
                 function = call["function"]
                 names[call["id"]] = function["name"]
-                arguments = function.get("arguments") or "{}"
-                parts.append(ToolCallPart(function["name"], arguments if isinstance(arguments, str) else json.dumps(arguments),
-                                          tool_call_id=call["id"]))  # fmt: skip
+                parts.append(ToolCallPart(function["name"], arguments_json(function.get("arguments")), tool_call_id=call["id"]))
             out.append(ModelResponse(parts=parts or [TextPart("")]))
         elif role == "tool":
             name = m.get("name") or names.get(m["tool_call_id"], "tool")
@@ -107,10 +98,3 @@ def from_chat(messages: list[dict[str, Any]]) -> list[Any]:
             out.append(ModelRequest(parts=[UserPromptPart(content)]))
     return out
 
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("text") is not None)
-    return str(content or "")

@@ -24,10 +24,11 @@ from typing import Any
 
 from contextkit.engine.effects import ModelReply
 from contextkit.engine.host import HostTurn, fingerprint
+from contextkit.errors import ConfigError
 from contextkit.messages import Message, ToolCall, from_wire
 from contextkit.session.core import Session
 
-__all__ = ["InputRewriter"]
+__all__ = ["InputRewriter", "adapter_session"]
 
 
 class InputRewriter:
@@ -94,3 +95,16 @@ def _compact_json(arguments: str) -> str:
         return json.dumps(json.loads(arguments or "{}"), ensure_ascii=False)
     except ValueError:
         return arguments
+
+
+# shared by the adapters built on InputRewriter (openai_agents.py, pydantic_ai.py) ------------------
+def adapter_session(adapter: str, model: str | None, session: Session | None, options: dict[str, Any]) -> Session:
+    """The session an adapter rewrites for: ``session`` as given, else a new one for ``model`` with
+    ``options`` (the status line on unless they say otherwise)."""
+    if session is not None:
+        return session
+    if model is None:
+        raise ConfigError(f"{adapter} needs the litellm model string (e.g. 'openai/gpt-4o-mini') or session=")
+    options.setdefault("status", True)
+    return Session(model, **options)
+

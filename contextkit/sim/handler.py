@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, Protocol
 
+from contextkit.serving import ServiceHandler
 from contextkit.sim import faults, wire
 from contextkit.sim.config import SIM_MODEL, RequestRecord, SimConfig
 from contextkit.sim.gate import StreamGate, peer_gone
@@ -27,7 +28,7 @@ class Gateway(Upstream, Protocol):
     @property
     def config(self) -> SimConfig: ...
 
-    def handle(self, handler: BaseHTTPRequestHandler) -> None: ...
+    def handle(self, handler: ServiceHandler) -> None: ...
 
     def _next_seq(self) -> int: ...
 
@@ -36,7 +37,7 @@ class Gateway(Upstream, Protocol):
     ) -> None: ...
 
 
-def serve_post(sim: Gateway, handler: BaseHTTPRequestHandler) -> None:
+def serve_post(sim: Gateway, handler: ServiceHandler) -> None:
     """Route one POST, answer it and log it (``sim.requests``)."""
     path = handler.path.split("?", 1)[0].rstrip("/")
     route = wire.ANTHROPIC if path.endswith("/messages") else wire.OPENAI
@@ -60,24 +61,17 @@ def serve_post(sim: Gateway, handler: BaseHTTPRequestHandler) -> None:
 
 
 def send_response(
-    handler: BaseHTTPRequestHandler, resp: wire.Response, gate: StreamGate | None = None, anthropic: bool = False
+    handler: ServiceHandler, resp: wire.Response, gate: StreamGate | None = None, anthropic: bool = False
 ) -> None:
     if resp.drop:
         handler.close_connection = True
         return
     try:
-        handler.send_response(resp.status)
-        if resp.content_type:  # an empty 5xx from a proxy (Caddy) has no content type
-            handler.send_header("Content-Type", resp.content_type)
-        for name, value in resp.headers:
-            handler.send_header(name, value)
+        # an empty 5xx from a proxy (Caddy) has no content type: resp.content_type is "" and none is sent
         if resp.chunks is None:
-            handler.send_header("Content-Length", str(len(resp.body)))
-            handler.end_headers()
-            handler.wfile.write(resp.body)
+            handler.send_body(resp.status, resp.body, resp.content_type, resp.headers)
             return
-        handler.send_header("Cache-Control", "no-cache")
-        handler.end_headers()
+        handler.send_stream_head(resp.status, resp.content_type, resp.headers)
         hold_at = gate.hold_at(anthropic, len(resp.chunks)) if gate is not None else -1
         if gate is not None and hold_at < len(resp.chunks):
             gate.arrive()
@@ -109,13 +103,13 @@ class SimServer(ThreadingHTTPServer):
     daemon_threads = True
 
 
-class SimHandler(BaseHTTPRequestHandler):
+class SimHandler(ServiceHandler):
     protocol_version = "HTTP/1.0"  # one request per connection: "drop" and SSE end by closing
     server_version = "contextkit-sim/0.1"
 
     @property
     def sim(self) -> Gateway:
-        return self.server.sim  # type: ignore[attr-defined,no-any-return]
+        return self.service  # type: ignore[no-any-return]
 
     def do_POST(self) -> None:
         self.sim.handle(self)

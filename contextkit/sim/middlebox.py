@@ -24,12 +24,12 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
+from abc import abstractmethod
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from contextkit.errors import ConfigError
-from contextkit.sim.nginx import die_with_parent, free_port, stop_process, wait_for_port
+from contextkit.sim.nginx import ServerProcess, die_with_parent, free_port, wait_for_port
 
 CAP = 64 * 1024
 
@@ -63,19 +63,15 @@ def install_hint(kind: str) -> str:
     return f"`apt-get install {_BINARIES[kind][1]}` (scripts/test.sh does it)"
 
 
-class Middlebox:
-    """A server started as a foreground process in a temp dir; subclasses write its config."""
+class Middlebox(ServerProcess):
+    """A server started as a foreground process in a temp dir; subclasses write its config and command."""
 
     kind: ClassVar[str] = ""
-    stop_signal: ClassVar[int] = signal.SIGTERM
 
     def __init__(self, upstream_port: int, *, max_body: int = CAP, directory: str | Path | None = None) -> None:
         self.upstream_port = int(upstream_port)
         self.max_body = int(max_body)
-        self._own_dir = directory is None
-        self.dir = Path(directory or tempfile.mkdtemp(prefix=f"ck-{self.kind}-"))
-        self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
+        super().__init__(directory, prefix=f"ck-{self.kind}-")
 
     # what a client points at -------------------------------------------------------------------
     @property
@@ -88,16 +84,18 @@ class Middlebox:
         return f"{self.origin}/v1"
 
     # lifecycle ---------------------------------------------------------------------------------
+    @abstractmethod
     def config(self) -> str:
-        raise NotImplementedError
+        """The server's config file (written to ``server.conf`` in its directory)."""
 
+    @abstractmethod
     def command(self, binary: str) -> list[str]:
-        raise NotImplementedError
+        """The command line that runs ``binary`` in the foreground on that config."""
 
     def prepare(self) -> None:
         """Files the server needs besides its config (folders, pages)."""
 
-    def start(self, timeout: float = 30.0) -> Middlebox:
+    def start(self, timeout: float = 30.0) -> Self:
         binary = middlebox_binary(self.kind)
         if binary is None:
             raise ConfigError(f"{self.kind} is not installed: {install_hint(self.kind)}")
@@ -121,21 +119,6 @@ class Middlebox:
             self.stop()
             raise RuntimeError(f"{self.kind} did not start: {self.logs()[-1200:]}") from None
         return self
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        stop_process(process, self.stop_signal, grace=10)
-
-    def cleanup(self) -> None:
-        self.stop()
-        if self._own_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> Middlebox:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.cleanup()
 
     def logs(self) -> str:
         parts = []

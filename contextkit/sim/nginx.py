@@ -22,8 +22,10 @@ import socket
 import subprocess
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Self
 
 from contextkit.errors import ConfigError
 
@@ -120,6 +122,40 @@ def stop_process(process: subprocess.Popen[bytes] | None, sig: int, *, grace: fl
         process.wait(timeout=5)
 
 
+class ServerProcess(ABC):
+    """A server run as a foreground process in a directory of its own (a temp dir unless one is given):
+    ``stop`` (``stop_signal``, then a kill after ``stop_grace`` seconds), ``cleanup`` (stopped, the temp
+    dir removed) and ``with`` (started, then cleaned up). A subclass writes ``start``."""
+
+    stop_signal: ClassVar[int] = signal.SIGTERM
+    stop_grace: ClassVar[float] = 10
+
+    def __init__(self, directory: str | Path | None, *, prefix: str) -> None:
+        self._own_dir = directory is None
+        self.dir = Path(directory or tempfile.mkdtemp(prefix=prefix))
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @abstractmethod
+    def start(self, timeout: float = 30.0) -> Self:
+        """Start the server and wait until it listens (at most ``timeout`` seconds); ``self``."""
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        stop_process(process, self.stop_signal, grace=self.stop_grace)
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
 @dataclass(frozen=True)
 class AccessRecord:
     """One line of the access log: what nginx answered and the body size the client declared."""
@@ -131,8 +167,10 @@ class AccessRecord:
     uri: str
 
 
-class NginxGateway:
+class NginxGateway(ServerProcess):
     """Debian's nginx as a foreground process, proxying 127.0.0.1:port -> 127.0.0.1:upstream_port."""
+
+    stop_signal = signal.SIGQUIT  # graceful: the access log is flushed
 
     def __init__(self, upstream_port: int, *, variant: str = "413", max_body: str = "48k",
                  directory: str | Path | None = None) -> None:  # fmt: skip
@@ -141,10 +179,7 @@ class NginxGateway:
         self.upstream_port = int(upstream_port)
         self.variant = variant
         self.max_body = max_body
-        self._own_dir = directory is None
-        self.dir = Path(directory or tempfile.mkdtemp(prefix=f"ck-nginx-{variant}-"))
-        self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
+        super().__init__(directory, prefix=f"ck-nginx-{variant}-")
 
     @property
     def api_base(self) -> str:
@@ -159,7 +194,7 @@ class NginxGateway:
         return _CONF.format(dir=self.dir, cap=self.max_body, port=self.port, upstream=self.upstream_port,
                             variant=variant)  # fmt: skip
 
-    def start(self, timeout: float = 20.0) -> NginxGateway:
+    def start(self, timeout: float = 20.0) -> Self:
         binary = nginx_binary()
         if binary is None:
             raise ConfigError(
@@ -184,21 +219,6 @@ class NginxGateway:
             self.stop()
             raise RuntimeError(f"nginx did not start: {self.error_log()[-800:]}") from None
         return self
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        stop_process(process, signal.SIGQUIT, grace=10)  # SIGQUIT: graceful, the access log is flushed
-
-    def cleanup(self) -> None:
-        self.stop()
-        if self._own_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> NginxGateway:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.cleanup()
 
     def error_log(self) -> str:
         parts = []

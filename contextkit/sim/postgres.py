@@ -18,14 +18,13 @@ import pwd
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from contextkit.errors import ConfigError
-from contextkit.sim.nginx import free_port, stop_process, wait_for_port
+from contextkit.sim.nginx import ServerProcess, free_port, wait_for_port
 
 INSTALL_HINT = "`apt-get install postgresql` (scripts/_real_stack.sh does it), or set CONTEXTKIT_PG_BIN to its bin folder"
 
@@ -62,14 +61,14 @@ def postgres_bin() -> Path | None:
     return None
 
 
-class PostgresServer:
+class PostgresServer(ServerProcess):
     """A throw-away PostgreSQL cluster listening on 127.0.0.1 (see the module docstring)."""
 
+    stop_signal = signal.SIGINT  # PostgreSQL's fast shutdown
+    stop_grace = 15
+
     def __init__(self, directory: str | Path | None = None) -> None:
-        self._own_dir = directory is None
-        self.dir = Path(directory or tempfile.mkdtemp(prefix="ck-postgres-"))
-        self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
+        super().__init__(directory, prefix="ck-postgres-")
         self.user = "postgres"
 
     @property
@@ -90,7 +89,7 @@ class PostgresServer:
                               "create one (Debian's postgresql package does) or run the tests as another user") from None  # fmt: skip
         return {"user": account.pw_uid, "group": account.pw_gid}, account.pw_uid, account.pw_gid
 
-    def start(self, timeout: float = 60.0) -> PostgresServer:
+    def start(self, timeout: float = 60.0) -> Self:
         binaries = postgres_bin()
         if binaries is None:
             raise ConfigError(f"PostgreSQL's server is not installed: {INSTALL_HINT}")
@@ -151,18 +150,3 @@ class PostgresServer:
     def log(self) -> str:
         path = self.dir / "server.log"
         return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        stop_process(process, signal.SIGINT, grace=15)  # SIGINT: PostgreSQL's fast shutdown
-
-    def cleanup(self) -> None:
-        self.stop()
-        if self._own_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.cleanup()

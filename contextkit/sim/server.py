@@ -18,10 +18,10 @@ import threading
 import time
 from collections import deque
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from contextkit.errors import ConfigError
+from contextkit.serving import LocalService, ServiceHandler
 from contextkit.sim.cache import PromptCache
 from contextkit.sim.config import (
     BODY_FAULTS,
@@ -43,7 +43,7 @@ _CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
 __all__ = ["FAULT_KINDS", "SUMMARY_MODES", "GatewaySimulator", "RequestRecord", "SimConfig", "StreamGate"]
 
 
-class GatewaySimulator:
+class GatewaySimulator(LocalService):
     """Provider + gateway on 127.0.0.1, for litellm over real HTTP.
 
     ``with GatewaySimulator(context_window=32_768, max_body="128KB") as gw:`` then call
@@ -60,55 +60,19 @@ class GatewaySimulator:
         self._seq = 0
         self.cache = PromptCache(min_tokens=self._config.cache_min_tokens, ttl=self._config.cache_ttl)
         self.record_bodies = record_bodies
-        self.host, self._port = host, port
         self._gate: StreamGate | None = None
-        self._server: SimServer | None = None
-        self._thread: threading.Thread | None = None
+        super().__init__(host, port)
 
-    # lifecycle ---------------------------------------------------------------------------------
-    def start(self) -> GatewaySimulator:
-        if self._server is not None:
-            return self
-        server = SimServer((self.host, self._port), SimHandler)
-        server.daemon_threads = True
-        server.sim = self  # type: ignore[attr-defined]
-        self._server = server
-        self._port = int(server.server_address[1])
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"sim-{self._port}", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> GatewaySimulator:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def running(self) -> bool:
-        return self._server is not None
+    # lifecycle (LocalService: start, stop, `with`, running, port) -------------------------------
+    handler = SimHandler
+    server_class = SimServer
+    thread_name = "sim"
+    not_running = "the simulator is not running; use `with GatewaySimulator() as gw:` or gw.start()"
 
     # addresses ---------------------------------------------------------------------------------
     @property
-    def port(self) -> int:
-        if self._server is None:
-            raise ConfigError("the simulator is not running; use `with GatewaySimulator() as gw:` or gw.start()")
-        return self._port
-
-    @property
     def anthropic_api_base(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return self.root_url
 
     @property
     def api_base(self) -> str:
@@ -264,5 +228,5 @@ class GatewaySimulator:
                 }
 
     # request handling (contextkit.sim.handler, contextkit.sim.gateway) ---------------------------
-    def handle(self, handler: BaseHTTPRequestHandler) -> None:
+    def handle(self, handler: ServiceHandler) -> None:
         serve_post(self, handler)
