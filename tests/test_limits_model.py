@@ -361,3 +361,16 @@ def test_no_excerpt_test_when_the_refusal_is_not_far_above_what_the_endpoint_too
     assert "taught no limit" in str(info.value) and session.history == before
     assert session.payload_cap is None and not notices(session, "excerpt_test")
     assert_known_limits_respected(gw.requests)
+
+
+def test_the_excerpt_test_conditions_each_refuse_on_their_own() -> None:
+    from contextkit.limits.evidence import EXCERPT_TEST_MIN, EndpointEvidence, excerpt_test_refused
+
+    assert excerpt_test_refused(EndpointEvidence(largest_accepted=45_000), 280_000) == ""
+    assert excerpt_test_refused(EndpointEvidence(), EXCERPT_TEST_MIN) == ""  # nothing accepted yet
+    assert "below 64.0 KB" in excerpt_test_refused(EndpointEvidence(), EXCERPT_TEST_MIN - 1)
+    assert "not far above" in excerpt_test_refused(EndpointEvidence(largest_accepted=150_000), 280_000)
+    assert "content" in excerpt_test_refused(EndpointEvidence(largest_accepted=1_000, content_refused=True), 280_000)
+    saved = EndpointEvidence(content_refused=True).to_dict()
+    assert EndpointEvidence.from_dict(saved).content_refused
+    assert not EndpointEvidence.from_dict({k: v for k, v in saved.items() if k != "content_refused"}).content_refused
