@@ -44,6 +44,7 @@ class Episode:
     floor_whole: int = 0  # the smallest request with the newest message whole (a 403 page's size reading)
     # (cap, cap source) before an excerpt test set the cap: restored when the episode ends (None: no test)
     excerpt_prior: tuple[int | None, str | None] | None = None
+    page_cap_before: tuple[int | None, str | None] | None = None  # (cap, source) before a page was first read as size
 
 
 def weigh_size_reading(ctx: FlowContext, verdict: Verdict, sent: Measure, episode: Episode) -> Verdict:
@@ -81,6 +82,8 @@ def weigh_size_reading(ctx: FlowContext, verdict: Verdict, sent: Measure, episod
                 f"(the send limit sized for it lasts for this turn only; {size} stays known to fail)",
                 "warning",
             )
+            ctx.state.keep_newest_whole = False  # a smaller request with the message whole was refused too
+            episode.floor_whole = 0
             return replace(verdict, excerpt_test=True)
         whole = (
             "the excerpt of your newest message was refused too"
@@ -96,8 +99,21 @@ def weigh_size_reading(ctx: FlowContext, verdict: Verdict, sent: Measure, episod
         )
         return Verdict(Lesson.FAIL, replace(verdict.failure, kind=FailureKind.OTHER, reason=why), why)
     ctx.state.keep_newest_whole = True
-    episode.floor_whole = floor.bytes
+    # the cap this test sets must hold the resend: the notice recovery adds, and 2% of the refused size for
+    # what the floor's measure does not see (the output reservation, parameters); still below the refusal
+    episode.floor_whole = min(sent.bytes - 1, floor.bytes + _notice_bytes(ctx) + sent.bytes // 50)
     return verdict
+
+
+def _notice_bytes(ctx: FlowContext) -> int:
+    """What the one-time payload notice recovery adds to the request (0 once the history has it): a cap
+    set to the smallest request with the newest message whole must leave room for it, or the resend
+    would be above the cap it was sized for."""
+    if ctx.state.has_payload_notice():
+        return 0
+    has_tools = any(t.get("function", {}).get("name") != "recall" for t in ctx.tools)
+    notice = Message.user(PAYLOAD_NOTICE if has_tools else PAYLOAD_NOTICE_CHAT, synthetic=True)
+    return measure(ctx, [notice]).bytes - measure(ctx, []).bytes
 
 
 def note_content_refusal(ctx: FlowContext) -> None:
@@ -116,6 +132,8 @@ def end_episode(ctx: FlowContext, episode: Episode, evidence: str) -> None:
         cap, source = episode.excerpt_prior
         episode.excerpt_prior = None
         ev = ctx.evidence()
+        if cap is not None:
+            cap = ev.cap_inside(cap)
         set_cap(
             ctx, cap, source="rollback",
             evidence=f"an excerpt went through, which does not show the refusal was about size; {ev.describe_interval()}",
@@ -229,11 +247,15 @@ def learn(ctx: FlowContext, verdict: Verdict, sent: Measure, episode: Episode) -
         return
     rejected = failure.rejected_bytes or sent.bytes
     how = gateway_how(failure)
+    if verdict.hypothesis and episode.page_cap_before is None:
+        episode.page_cap_before = (st.cap, st.cap_source)  # before the episode's first reading of a page
     if verdict.excerpt_test:
-        if episode.excerpt_prior is None:
-            episode.excerpt_prior = (st.cap, st.cap_source)
+        # an excerpt test also takes back the readings of pages before it in the episode: none was confirmed
+        episode.excerpt_prior = episode.excerpt_prior or episode.page_cap_before
     else:  # a reading with the newest message whole, a 413 or a drop: the cap it teaches stays
         episode.excerpt_prior = None
+        if not verdict.hypothesis:
+            episode.page_cap_before = None
     ev.rejected(rejected, how)
     if failure.kind == FailureKind.WAF_REJECTION:
         episode.waf_refused = min(rejected, episode.waf_refused or rejected)
