@@ -293,7 +293,7 @@ def test_a_280kb_paste_behind_a_128kb_no_size_403_goes_as_an_excerpt_with_the_or
     assert len(refused) == 1 and refused[0].bytes > 2 * 128 * 1024
     # the refused size stays known to fail; the cap that sized the excerpt does not outlive it
     assert session.interval.known_to_fail == refused[0].bytes and session.payload_cap is None
-    caps = [e for e in of(session, CapEvent)]
+    caps = of(session, CapEvent)
     assert [e.source for e in caps] == ["learned", "rollback"] and caps[-1].cap_bytes == 0
     assert "until the excerpt goes through" in notices(session, "learned_cap")[0].text
     assert session.send("what is left to do?").text

@@ -79,7 +79,7 @@ def weigh_size_reading(ctx: FlowContext, verdict: Verdict, sent: Measure, episod
                 f"size; only an excerpt of your newest message can get under it, and the refusal is far above the "
                 f"{format_size(ev.largest_accepted)} this endpoint accepted, so it is read as a size limit for this "
                 "turn: the message is archived whole and sent as an excerpt the model can page through with recall "
-                f"(the send limit sized for it lasts for this turn only; {size} stays known to fail)",
+                f"(the send limit sized for it lasts until the excerpt goes through; {size} stays known to fail)",
                 "warning",
             )
             ctx.state.keep_newest_whole = False  # a smaller request with the message whole was refused too
