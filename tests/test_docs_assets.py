@@ -1,8 +1,8 @@
 """The README's images, generated from real runs (never drawn by hand).
 
 ``docs/images/level_outcomes.svg``: outcomes per recovery level and compaction stage over several
-real sessions (seeds) against the gateway simulator (an agent reading big files, then a paste that overflows an
-unknown 128 KB Cloudflare-style cap on top of the history), priced as a real model (``price_as``), means with 95% intervals through
+real sessions (seeds) against the gateway simulator (an agent reading big files, then a paste far
+above an unknown 128 KB Cloudflare-style cap), priced as a real model (``price_as``), means with 95% intervals through
 ``contextkit.analysis``.
 ``docs/images/dashboard.png``: the browser test's screenshot of the tour's dashboard in Voila at
 the end of its run, with the figures it shows in ``docs/images/dashboard.json``
@@ -40,10 +40,10 @@ PRICE_AS = "anthropic/claude-sonnet-4-5"
 
 
 def pressure_story(seed: int) -> list[dict[str, object]]:
-    """One session: 8 agent steps, a paste that overflows the unknown cap on top of the history, a manual
-    compaction, a question. (A paste bigger than the cap on its own cannot be told from a content block
-    behind a page that states no size: that turn fails by design.)"""
+    """One session: 8 agent steps, a paste far above the unknown cap (sent as an excerpt of the archived
+    original: the refusal is far above anything the gateway took), a manual compaction, a question."""
     from contextkit.archive import Archive
+    from contextkit.policy.oversize import is_excerpt
     from contextkit.session.core import Session
     from contextkit.settings import Limits
     from contextkit.sim import GatewaySimulator, Workspace, agent_steps
@@ -65,7 +65,9 @@ def pressure_story(seed: int) -> list[dict[str, object]]:
         )
         for i, (tool, args) in enumerate(agent_steps(seed=seed, steps=8), 1):
             session.send(f"Step {i}: [[tool:{tool} {json.dumps(args)}]]")
-        session.send("The full crash log:\n" + ws.tail_log(900 + 20 * seed).content)
+        paste = "The full crash log:\n" + ws.tail_log(2_400 + 100 * seed).content
+        session.send(paste)
+        assert any(is_excerpt(m) for m in session.history), "the paste goes as an excerpt of the archived original"
         session.compact("keep every file path")
         session.send("What is left to do?")
         rejected = sum(not r.accepted for r in gw.requests)
@@ -85,7 +87,7 @@ def test_outcomes_chart_for_the_readme(pressure_events: list[dict[str, object]],
 
     table = outcomes_across_sessions(frames(pressure_events))
     labels = set(table["label"].to_list())
-    # one gateway rejection teaches the cap; the older history gives way and the paste goes whole
+    # one gateway rejection sizes the excerpt of the paste (no deeper rung needed)
     assert {"recovery L1", "compaction summary", "compaction truncation"} <= labels, labels
     fired = table.filter(pl.col("metric") == "times fired per session")
     assert fired["sessions"].max() == len(SEEDS)  # aggregated over every seed, not n = 1

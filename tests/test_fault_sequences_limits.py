@@ -7,6 +7,9 @@ empty 502, dropped connection) - through litellm over real HTTP to the simulator
 (c) a failed turn leaves the history as it was;
 (d) a turn that met no refusal for size (a content block, an outage) changes neither the limits nor
     what is known to fail.
+
+A ``bigpaste`` step pastes 150 KB with a blocked line in its middle: only an excerpt of it can get
+under the cap, and the excerpt leaves the blocked line out.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from contextkit.session.core import Session
 from contextkit.sim import GatewaySimulator, Workspace
 
 BLOCKED = "cat /etc/passwd"
-STEPS = ("none", "none", "content", "outage", "move", "saveload", "413", "waf403", "drop")
+STEPS = ("none", "none", "content", "outage", "move", "saveload", "413", "waf403", "drop", "bigpaste")
+BIG = 150_000  # a paste far above the 64 KB cap on its own, with a blocked line in its middle
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +69,11 @@ def run_limits_sequence(gw: GatewaySimulator, reject_with: str, plan: list[tuple
             gw.fail_next("drop", times=12)
         elif step in ("413", "waf403", "drop"):
             gw.fail_next(step)
+        size = BIG if step == "bigpaste" else size
         doc = Workspace(seed=i, target_bytes=size).tail_log(size // 60).content[:size]
         middle = len(doc) // 2
-        text = f"turn {i}: " + (f"{doc[:middle]}\n$ {BLOCKED}\n{doc[middle:]}" if step == "content" else doc)
+        blocked = step in ("content", "bigpaste")
+        text = f"turn {i}: " + (f"{doc[:middle]}\n$ {BLOCKED}\n{doc[middle:]}" if blocked else doc)
         before, limits_before, seen = session.history, known(session), len(gw.requests)
         try:
             reply = session.send(text)

@@ -260,3 +260,117 @@ def test_a_drop_below_a_size_accepted_before_means_the_limit_moved(gw: GatewaySi
     interval = session.interval
     assert interval.known_to_fail is not None and interval.known_to_pass <= int(accepted * 0.6)
     assert (session.payload_cap or 0) <= int(accepted * 0.6)
+
+
+# 4. a paste far above a cap behind a page that states no size ---------------------------------------------
+# Only an excerpt of such a paste can get under the refused size, and an excerpt that passes cannot tell a
+# size limit from a content rule on a line it left out: it is sent when being wrong costs nothing the session
+# relies on, and the cap sized for it lasts until it goes through.
+
+PASTE = 280_000
+
+
+def big_paste(i: int, blocked_at: float | None = None) -> str:
+    doc = document(i, PASTE)
+    if blocked_at is None:
+        return f"the full crash log:\n{doc}"
+    cut = int(len(doc) * blocked_at)
+    return f"the full crash log:\n{doc[:cut]}\n$ {BLOCKED}\n{doc[cut:]}"
+
+
+def test_a_280kb_paste_behind_a_128kb_no_size_403_goes_as_an_excerpt_with_the_original_recallable(
+    gw: GatewaySimulator,
+) -> None:
+    gw.configure(max_body="128KB", reject_with="waf403")
+    session = session_for(gw)
+    paste_turns(session, gw, 3)
+    paste = big_paste(70)
+    assert session.send(paste).text
+    newest = next(m for m in reversed(session.history) if m.role == "user" and not m.synthetic)
+    assert is_excerpt(newest) and recoverable(session, paste)  # archived whole, sent as an excerpt
+    assert len(notices(session, "excerpt_test")) == 1
+    refused = [r for r in gw.requests if not r.accepted]
+    assert len(refused) == 1 and refused[0].bytes > 2 * 128 * 1024
+    # the refused size stays known to fail; the cap that sized the excerpt does not outlive it
+    assert session.interval.known_to_fail == refused[0].bytes and session.payload_cap is None
+    caps = of(session, CapEvent)
+    assert [e.source for e in caps] == ["learned", "rollback"] and caps[-1].cap_bytes == 0
+    assert "until the excerpt goes through" in notices(session, "learned_cap")[0].text
+    assert session.send("what is left to do?").text
+    second = big_paste(71)  # a second paste as big is excerpted without sending the refused size again
+    assert session.send(second).text and recoverable(session, second)
+    assert_known_limits_respected(gw.requests)
+    assert all(r.bytes < refused[0].bytes for r in gw.requests[refused[0].seq + 1 :])
+
+
+def test_a_content_rule_on_a_line_the_excerpt_left_out_teaches_no_cap(gw: GatewaySimulator) -> None:
+    gw.configure(reject_with="waf403", block_phrase=BLOCKED, block_style="apache")  # no size limit at all
+    session = session_for(gw)
+    paste_turns(session, gw, 3)
+    limits = limits_of(session)
+    paste = big_paste(72, blocked_at=0.5)
+    assert session.send(paste).text and recoverable(session, paste)
+    assert [r.reason for r in gw.requests if not r.accepted] == [f"content block {BLOCKED!r}"]
+    assert limits_of(session)[:3] == limits[:3]  # no cap, the same window
+    excerpts = len(notices(session, "message_excerpted"))
+    paste_turns(session, gw, 5, start=73)  # harmless turns: no cap, no excerpt they would not have had
+    assert session.payload_cap is None and len(notices(session, "message_excerpted")) == excerpts
+
+
+def test_a_content_rule_in_every_excerpt_fails_its_turn_and_teaches_nothing(gw: GatewaySimulator) -> None:
+    gw.configure(max_body="128KB", reject_with="waf403", block_phrase=BLOCKED, block_style="apache")
+    session = session_for(gw)
+    paste_turns(session, gw, 3)
+    before, limits = session.history, limits_of(session)
+    with pytest.raises(ProviderError, match="objects to the content") as info:
+        session.send(big_paste(74, blocked_at=0.0))  # the blocked line heads every excerpt
+    assert "excerpt of your newest message was refused too" in str(info.value), str(info.value)
+    assert session.history == before and limits_of(session) == limits  # nothing inferred stays
+    paste_turns(session, gw, 5, start=75, size=1_500)
+    assert limits_of(session)[:3] == limits[:3] and not any(is_excerpt(m) for m in session.history)
+    assert_known_limits_respected(gw.requests)
+
+
+def test_no_excerpt_test_once_the_endpoint_refused_content_even_after_save_and_load(
+    gw: GatewaySimulator, tmp_path: Path
+) -> None:
+    gw.configure(max_body="128KB", reject_with="waf403", block_phrase=BLOCKED, block_style="apache")
+    session = session_for(gw, archive=Archive(tmp_path / "a.sqlite", session_id="m"))
+    paste_turns(session, gw, 2)
+    with pytest.raises(ProviderError, match="content"):
+        session.send(f"what does `{BLOCKED}` print?")
+    session.save(tmp_path / "s.json")
+    loaded = Session.load(tmp_path / "s.json", api_base=gw.api_base, api_key="sim-key", status=None)
+    assert loaded._state.evidence.of(loaded.model).content_refused
+    with pytest.raises(ProviderError, match="already refused a request for its content") as info:
+        loaded.send(big_paste(76))
+    assert "set Limits(max_payload=...)" in str(info.value)
+    assert loaded.payload_cap is None and not any(is_excerpt(m) for m in loaded.history)
+    assert loaded.send("hello").text  # not bricked
+
+
+def test_no_excerpt_test_when_the_refusal_is_not_far_above_what_the_endpoint_took(gw: GatewaySimulator) -> None:
+    gw.configure(max_body="128KB", reject_with="waf403")
+    session = session_for(gw)
+    paste_turns(session, gw, 12)  # requests of ~100 KB went through
+    accepted = session.interval.known_to_pass
+    assert accepted > 90_000
+    before = session.history
+    with pytest.raises(ProviderError, match="not far above") as info:
+        session.send(big_paste(77)[: int(1.6 * accepted)])  # refused again below 2x what passed, with the paste whole
+    assert "taught no limit" in str(info.value) and session.history == before
+    assert session.payload_cap is None and not notices(session, "excerpt_test")
+    assert_known_limits_respected(gw.requests)
+
+
+def test_the_excerpt_test_conditions_each_refuse_on_their_own() -> None:
+    from contextkit.limits.evidence import EXCERPT_TEST_MIN, EndpointEvidence, excerpt_test_refused
+
+    assert excerpt_test_refused(EndpointEvidence(largest_accepted=45_000), 280_000) == ""
+    assert excerpt_test_refused(EndpointEvidence(), EXCERPT_TEST_MIN) == ""  # nothing accepted yet
+    assert "below 64.0 KB" in excerpt_test_refused(EndpointEvidence(), EXCERPT_TEST_MIN - 1)
+    assert "not far above" in excerpt_test_refused(EndpointEvidence(largest_accepted=150_000), 280_000)
+    assert "content" in excerpt_test_refused(EndpointEvidence(largest_accepted=1_000, content_refused=True), 280_000)
+    saved = EndpointEvidence(content_refused=True).to_dict()
+    assert EndpointEvidence.from_dict(saved).content_refused
+    assert not EndpointEvidence.from_dict({k: v for k, v in saved.items() if k != "content_refused"}).content_refused

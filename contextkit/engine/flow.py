@@ -62,7 +62,14 @@ from contextkit.limits.preflight import (
     summarizer_window,
     turn_boundary,
 )
-from contextkit.limits.recovery import KNOWN_LIMIT, Episode, record_recovery, recover, weigh_size_reading
+from contextkit.limits.recovery import (
+    KNOWN_LIMIT,
+    Episode,
+    end_episode,
+    record_recovery,
+    recover,
+    weigh_size_reading,
+)
 from contextkit.limits.state import CONTINUATION, LimitsSnapshot
 from contextkit.messages import Message
 from contextkit.sizing import Measure
@@ -291,8 +298,7 @@ def _after_failure(
     verdict = judge(ev, failure, sent_bytes=sent.bytes, sent_tokens=sent.tokens, seen=ev.failed(digest),
                     shrunk_from=shrunk_from)  # fmt: skip
     ev.failed_at(sent.bytes)
-    if verdict.lesson == Lesson.RECOVER:
-        verdict = weigh_size_reading(ctx, verdict, sent, episode)
+    verdict = weigh_size_reading(ctx, verdict, sent, episode)
     if verdict.lesson == Lesson.FAIL and answer.interrupted and not answer.voids:
         # The provider refuses to continue the interrupted answer: void it and ask again.
         yield from answer.void(ctx, failure, stream)
@@ -428,7 +434,7 @@ def _after_reply(
     )
     if turn.episode.level:
         record_recovery(ctx, "recovered", level=turn.episode.level, before=sent)
-        restore_budgets(ctx, "the request of the recovery episode went through")
+        end_episode(ctx, turn.episode, "the request of the recovery episode went through")
         turn.episode = Episode()
     if outcome.tool_calls and turn.hand_back and any(c.name != "recall" for c in outcome.tool_calls):
         return _hand_back(ctx, turn, outcome, prepared.out)

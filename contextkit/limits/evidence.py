@@ -29,8 +29,13 @@ of a size limit by itself. A firewall page (403), a dropped connection or an emp
 counts as size only when it is consistent with a size limit (the request is above anything the
 endpoint took, and a smaller request with the same new content may still pass). A refusal of a
 request far below what the endpoint already took, or below any size a gateway limits bodies to
-(``MIN_PLAUSIBLE_CAP``), is about content or access. What a failed turn inferred is rolled back by
-the flow; only self-standing facts (a 413, a provider-stated window, a body accepted) are kept.
+(``MIN_PLAUSIBLE_CAP``), is about content or access, and the endpoint keeps ``content_refused``.
+A page refusing a request that only an excerpt of the newest message could get under may be tested
+with that excerpt (``excerpt_test_refused``) when the refusal is far above anything the endpoint
+took and it has refused no content: a passing excerpt shows nothing about size, so the cap sized
+for it lasts until it passes, and only the refused size stays known to fail. What a failed turn
+inferred is rolled back by the flow; only self-standing facts (a 413, a provider-stated window, a
+body accepted, a content refusal) are kept.
 """
 
 from __future__ import annotations
@@ -54,6 +59,13 @@ WINDOW_SHARE = 0.75  # an overflow without a number: the window is below 3/4 of 
 # 97-byte first request), never a body-size limit.
 MIN_PLAUSIBLE_CAP = 4_096
 RECENT = 8  # outcomes per endpoint that count as "recent" when a drop is weighed (smaller bodies went through)
+# A page that states no size, on a request only an excerpt of the newest message could get under, may be
+# tested with that excerpt when the refused body is at least this many times the largest one the endpoint
+# accepted: whatever the reading, the refused size stays at least twice anything the session sent.
+EXCERPT_TEST_ABOVE = 2.0
+# ... and at least this big: the refused size stays known to fail, and a smaller one would hold back an
+# ordinary conversation (a blocked line in a pasted page or two is read as content, never as a limit).
+EXCERPT_TEST_MIN = 64 * 1024
 
 
 class Lesson(StrEnum):
@@ -72,6 +84,8 @@ class Verdict:
     why: str = ""
     once: bool = False  # the one retry a request gets before its failure counts as evidence (not a transient retry)
     hypothesis: bool = False  # a size reading of a refusal that names no size (a 403 page): to be tested
+    content: bool = False  # a firewall page read as a refusal of the request's content (a fact about the endpoint)
+    excerpt_test: bool = False  # the size reading is tested with an excerpt of the newest message
 
     @property
     def about_window(self) -> bool:
@@ -91,6 +105,9 @@ class EndpointEvidence:
     smallest_rejected: int | None = None  # bytes of the smallest body rejected for its size (binding)
     rejected_how: str = ""
     smallest_overflow_tokens: int | None = None  # tokens of the smallest request that overflowed
+    # the endpoint refused a request for its content this session: from then on a page that states no
+    # size is read as size only with the newest message whole (never on an excerpt's evidence)
+    content_refused: bool = False
     failures: dict[str, int] = field(default_factory=dict)  # body digest -> failures since the last success
     # the last RECENT outcomes, (bytes, accepted): whether smaller bodies went through *recently*
     recent: deque[tuple[int, bool]] = field(default_factory=lambda: deque(maxlen=RECENT))
@@ -182,6 +199,7 @@ class EndpointEvidence:
             "smallest_rejected": self.smallest_rejected,
             "rejected_how": self.rejected_how,
             "smallest_overflow_tokens": self.smallest_overflow_tokens,
+            "content_refused": self.content_refused,
         }
 
     @classmethod
@@ -200,6 +218,7 @@ class EndpointEvidence:
             smallest_rejected=size("smallest_rejected") or None,
             rejected_how=str(data.get("rejected_how") or ""),
             smallest_overflow_tokens=size("smallest_overflow_tokens") or None,
+            content_refused=data.get("content_refused") is True,
         )
 
 
@@ -267,7 +286,30 @@ def is_self_standing(failure: Failure) -> bool:
 
 
 def _content(failure: Failure, why: str) -> Verdict:
-    return Verdict(Lesson.FAIL, replace(failure, kind=FailureKind.OTHER, reason=why), why)
+    return Verdict(Lesson.FAIL, replace(failure, kind=FailureKind.OTHER, reason=why), why, content=True)
+
+
+def excerpt_test_refused(ev: EndpointEvidence, refused: int) -> str:
+    """Why a size reading of a page that states no size may *not* be tested with an excerpt of the
+    newest message ("" when it may). An excerpt that passes cannot tell a size limit from a content
+    rule on a line it left out, so the test is allowed only where being wrong costs nothing the
+    session relies on: the refused body is at least ``EXCERPT_TEST_MIN`` and ``EXCERPT_TEST_ABOVE``
+    times the largest one the endpoint accepted (the size it leaves known to fail is far above anything
+    the session sent), and the endpoint has shown no content rule this session. (Refusals of small requests, and of a
+    request that shrank below a size the endpoint took, are content verdicts before this is asked.)"""
+    if ev.content_refused:
+        return "this endpoint already refused a request for its content this session"
+    if refused < EXCERPT_TEST_MIN:
+        return (
+            f"it is below {format_size(EXCERPT_TEST_MIN)}, too small a size to keep as known to fail on an excerpt's "
+            "evidence"
+        )
+    if refused < EXCERPT_TEST_ABOVE * ev.largest_accepted:
+        return (
+            f"it is not far above the {format_size(ev.largest_accepted)} this endpoint accepted "
+            f"(an excerpt is tried only above {EXCERPT_TEST_ABOVE:g}x that)"
+        )
+    return ""
 
 
 def judge(

@@ -70,15 +70,15 @@ def set_cap(ctx: FlowContext, new: int | None, *, source: str, evidence: str, re
     )
 
 
-def learn_cap(ctx: FlowContext, new: int, *, rejected: int, how: str) -> None:
-    """Tighten the cap after a size rejection the evidence supports."""
+def learn_cap(ctx: FlowContext, new: int, *, rejected: int, how: str, lasting: str = "for this session") -> None:
+    """Tighten the cap after a size rejection the evidence supports (``lasting``: how long, in words)."""
     ev = ctx.evidence()
     evidence = f"gateway rejected a {format_size(rejected)} request ({how}); {ev.describe()}"
     set_cap(ctx, new, source="learned", evidence=evidence, rejected=rejected)
     ctx.notify(
         "learned_cap",
-        f"gateway rejected a {format_size(rejected)} request ({how}) - payload cap set to {format_size(new)} for "
-        f"this session ({ev.describe_interval()})",
+        f"gateway rejected a {format_size(rejected)} request ({how}) - payload cap set to {format_size(new)} {lasting} "
+        f"({ev.describe_interval()})",
         "warning",
     )
 
@@ -179,7 +179,8 @@ def reset_limits(ctx: FlowContext) -> None:
 def roll_back_limits(ctx: FlowContext, saved: LimitsSnapshot) -> None:
     """A failed turn is a transaction for limits and evidence too: whatever it inferred (a cap from a
     403 page or a drop, a window from a count) is undone; the self-standing facts it met are kept -
-    a 413 (and the cap it teaches), a window the provider stated, a body the endpoint accepted."""
+    a 413 (and the cap it teaches), a window the provider stated, a body the endpoint accepted, a
+    firewall page that refused the request's content."""
     st = ctx.state
     facts = list(st.turn_facts)
     st.evidence = copy.deepcopy(saved.evidence)
@@ -194,6 +195,9 @@ def roll_back_limits(ctx: FlowContext, saved: LimitsSnapshot) -> None:
             kept.append(f"a {format_size(fact.nbytes)} request refused with {fact.how}")
             if fact.value is not None and (cap is None or fact.value < cap):
                 cap, cap_source = fact.value, "learned"
+        elif fact.what == "content":
+            ev.content_refused = True
+            kept.append("a refusal of the request's content")
         elif fact.what == "window" and fact.value is not None:
             if fact.tokens:
                 ev.overflowed(fact.tokens)

@@ -204,26 +204,33 @@ def fit_newest_message(ctx: FlowContext) -> None:
     whole = measure(ctx, [*systems, current])
     ratio = st.limits.preflight_ratio
     tokens_limit = _token_limit(ctx)
-    over_bytes = bool(st.cap) and whole.bytes > ratio * st.cap  # type: ignore[operator]
+    # the cap, or one byte below a size the endpoint refused when no cap is in force (an excerpt test
+    # leaves the refused size known to fail but no cap: a second paste as big is excerpted all the same)
+    byte_limit = _byte_limit(ctx)
+    over_bytes = bool(byte_limit) and whole.bytes > ratio * byte_limit  # type: ignore[operator]
     over_tokens = whole.tokens > ratio * tokens_limit
     if not (over_bytes or over_tokens):
         return
-    what = (
-        f"the {st.cap_source or 'configured'} payload cap of {format_size(st.cap)}"
-        if over_bytes and st.cap
-        else f"the {st.context_window:,}-token context window"
-    )
+    if over_bytes and st.cap and st.cap == byte_limit:
+        what = f"the {st.cap_source or 'configured'} payload cap of {format_size(st.cap)}"
+    elif over_bytes and byte_limit:
+        what = f"the {format_size(byte_limit + 1)} this endpoint refused"
+    else:
+        what = f"the {st.context_window:,}-token context window"
     newest = original_of(current, ctx.archive)  # an excerpt that no longer fits is cut again from its original
     base = measure(ctx, systems)
-    room = max(byte_budget(ctx, whole) - base.bytes, 0) // 2
+    budget = byte_budget(ctx, whole)
+    if byte_limit:
+        budget = min(budget, int(0.7 * byte_limit))  # the headroom byte_budget keeps under a cap
+    room = max(budget - base.bytes, 0) // 2
     chars = max(EXCERPT_MIN_CHARS, int(room * len(newest.content) / max(1, message_bytes(newest))))
     got = excerpt_message(newest, max_chars=chars, archive=ctx.archive, too_big_for=what)
     if got is None or len(got[0].content) >= len(current.content):
         return  # nothing smaller to offer: compaction and the known-limit check decide
     excerpt, _ = got
     fitted = measure(ctx, [*systems, excerpt])
-    if (st.cap and fitted.bytes > st.cap) or fitted.tokens >= tokens_limit:
-        tokens = not (st.cap and fitted.bytes > st.cap)
+    if (byte_limit and fitted.bytes > byte_limit) or fitted.tokens >= tokens_limit:
+        tokens = not (byte_limit and fitted.bytes > byte_limit)
         limit = what[0].upper() + what[1:] if not tokens else f"The model's window is {tokens_limit:,} tokens"
         # report the smallest request this history can reach (the rest of it, the recall schema), not the excerpt alone
         floor = floor_measure(ctx, [*st.history[:i], excerpt, *st.history[i + 1 :]])

@@ -15,13 +15,14 @@ from contextkit.limits.evidence import (
     STRAY_BELOW,
     Lesson,
     Verdict,
+    excerpt_test_refused,
     gateway_how,
     is_self_standing,
     learned_cap,
     learned_window,
 )
 from contextkit.limits.floor import floor_measure, floor_text
-from contextkit.limits.learning import halve_budgets, learn_cap, learn_window, note_fact
+from contextkit.limits.learning import halve_budgets, learn_cap, learn_window, note_fact, restore_budgets, set_cap
 from contextkit.limits.preflight import compact_if_needed
 from contextkit.limits.state import PAYLOAD_NOTICE, PAYLOAD_NOTICE_CHAT, Fact
 from contextkit.messages import Message
@@ -41,33 +42,103 @@ class Episode:
     waf_refused: int | None = None  # bytes of the smallest request a firewall page refused in this episode
     dropped: int | None = None  # bytes of the smallest request whose drop (or empty 5xx) was read as its size
     floor_whole: int = 0  # the smallest request with the newest message whole (a 403 page's size reading)
+    # (cap, cap source) before an excerpt test set the cap: restored when the episode ends (None: no test)
+    excerpt_prior: tuple[int | None, str | None] | None = None
+    page_cap_before: tuple[int | None, str | None] | None = None  # (cap, source) before a page was first read as size
 
 
 def weigh_size_reading(ctx: FlowContext, verdict: Verdict, sent: Measure, episode: Episode) -> Verdict:
     """A refusal that states no size (a firewall's 403 page) is size evidence only if a smaller
-    request with the same new content can pass. When the newest message alone keeps every request
-    near the refused size, the session cannot tell size from content without cutting that message
-    (an excerpt that drops a blocked line would "pass" and teach a limit that is not there): the
-    turn fails, saying both readings and the fix for each. Otherwise the newest message stays whole
-    until the smaller request answers."""
+    request with the same new content can pass: the newest message stays whole until the smaller
+    request answers. When the newest message alone keeps every request near the refused size, only
+    an excerpt of it could get under, and an excerpt that passes cannot tell a size limit from a
+    content rule on a line it left out. The excerpt is sent all the same when being wrong costs
+    nothing the session relies on (``excerpt_test_refused``: the refusal is far above anything the
+    endpoint took, and it has shown no content rule); the cap sized for it lasts for this recovery
+    episode only (``end_episode``), the refused size stays known to fail. Otherwise the turn fails,
+    saying both readings and the fix for each. A content verdict is noted as a fact about the
+    endpoint (kept when the turn fails): no later excerpt test there."""
+    if verdict.content:
+        note_content_refusal(ctx)
+        return verdict
     if not verdict.hypothesis:
         return verdict
     floor = floor_measure(ctx, excerpt_newest=False)
-    if floor.bytes >= STRAY_BELOW * sent.bytes and floor_measure(ctx).bytes < sent.bytes:
-        # only an excerpt of the newest message could get under the refused size: untestable
-        # (when nothing can, the floor diagnostic says so and names what is too big)
+    only_excerpt = floor.bytes >= STRAY_BELOW * sent.bytes and floor_measure(ctx).bytes < sent.bytes
+    if only_excerpt or episode.excerpt_prior is not None:
+        # only an excerpt of the newest message could get under the refused size, or the excerpt was
+        # refused too: a smaller one is cut from the original, on the same conditions (when nothing
+        # can get under, the floor diagnostic says so and names what is too big)
+        ev = ctx.evidence()
         size = format_size(sent.bytes)
+        refused = excerpt_test_refused(ev, sent.bytes)
+        if not refused:
+            ctx.notify(
+                "excerpt_test",
+                f"the gateway refused a {size} request ({gateway_how(verdict.failure)}) with a page that states no "
+                f"size; only an excerpt of your newest message can get under it, and the refusal is far above the "
+                f"{format_size(ev.largest_accepted)} this endpoint accepted, so it is read as a size limit for this "
+                "turn: the message is archived whole and sent as an excerpt the model can page through with recall "
+                f"(the send limit sized for it lasts until the excerpt goes through; {size} stays known to fail)",
+                "warning",
+            )
+            ctx.state.keep_newest_whole = False  # a smaller request with the message whole was refused too
+            episode.floor_whole = 0
+            return replace(verdict, excerpt_test=True)
+        whole = (
+            "the excerpt of your newest message was refused too"
+            if episode.excerpt_prior is not None
+            else f"no smaller request can keep your newest message whole (the smallest is {format_size(floor.bytes)})"
+        )
         why = (
             f"the gateway refused a {size} request ({gateway_how(verdict.failure)}) with a page that states no size, "
-            f"and no smaller request can keep your newest message whole (the smallest is {format_size(floor.bytes)}), "
-            "so size cannot be told from content: most likely its firewall objects to the content (rephrase or remove "
-            "what it blocks, such as a shell command or SQL-like text); if the gateway does limit body size, set "
-            f"Limits(max_payload=...) below {size}"
+            f"and {whole}; "
+            f"an excerpt could not tell size from content because {refused}: most likely its firewall objects to the "
+            "content (rephrase or remove what it blocks, such as a shell command or SQL-like text); if the gateway "
+            f"does limit body size, set Limits(max_payload=...) below {size}"
         )
         return Verdict(Lesson.FAIL, replace(verdict.failure, kind=FailureKind.OTHER, reason=why), why)
     ctx.state.keep_newest_whole = True
-    episode.floor_whole = floor.bytes
+    # the cap this test sets must hold the resend: the notice recovery adds, and 2% of the refused size for
+    # what the floor's measure does not see (the output reservation, parameters); still below the refusal
+    episode.floor_whole = min(sent.bytes - 1, floor.bytes + _notice_bytes(ctx) + sent.bytes // 50)
     return verdict
+
+
+def _notice_bytes(ctx: FlowContext) -> int:
+    """What the one-time payload notice recovery adds to the request (0 once the history has it): a cap
+    set to the smallest request with the newest message whole must leave room for it, or the resend
+    would be above the cap it was sized for."""
+    if ctx.state.has_payload_notice():
+        return 0
+    has_tools = any(t.get("function", {}).get("name") != "recall" for t in ctx.tools)
+    notice = Message.user(PAYLOAD_NOTICE if has_tools else PAYLOAD_NOTICE_CHAT, synthetic=True)
+    return measure(ctx, [notice]).bytes - measure(ctx, []).bytes
+
+
+def note_content_refusal(ctx: FlowContext) -> None:
+    """The endpoint refused a request for its content: a fact a failed turn keeps."""
+    st = ctx.state
+    ctx.evidence().content_refused = True
+    note_fact(ctx, Fact("content", st.model))
+
+
+def end_episode(ctx: FlowContext, episode: Episode, evidence: str) -> None:
+    """The episode's request went through: the tool-result budgets come back, and so does the cap an
+    excerpt test set (it only sized the excerpt: a passing excerpt does not show the limit was size;
+    the refused size stays known to fail)."""
+    restore_budgets(ctx, evidence)
+    if episode.excerpt_prior is not None:
+        cap, source = episode.excerpt_prior
+        episode.excerpt_prior = None
+        ev = ctx.evidence()
+        if cap is not None:
+            cap = ev.cap_inside(cap)
+        set_cap(
+            ctx, cap, source="rollback",
+            evidence=f"an excerpt went through, which does not show the refusal was about size; {ev.describe_interval()}",
+        )  # fmt: skip
+        ctx.state.cap_source = source
 
 
 def record_recovery(
@@ -176,6 +247,15 @@ def learn(ctx: FlowContext, verdict: Verdict, sent: Measure, episode: Episode) -
         return
     rejected = failure.rejected_bytes or sent.bytes
     how = gateway_how(failure)
+    if verdict.hypothesis and episode.page_cap_before is None:
+        episode.page_cap_before = (st.cap, st.cap_source)  # before the episode's first reading of a page
+    if verdict.excerpt_test:
+        # an excerpt test also takes back the readings of pages before it in the episode: none was confirmed
+        episode.excerpt_prior = episode.excerpt_prior or episode.page_cap_before
+    else:  # a reading with the newest message whole, a 413 or a drop: the cap it teaches stays
+        episode.excerpt_prior = None
+        if not verdict.hypothesis:
+            episode.page_cap_before = None
     ev.rejected(rejected, how)
     if failure.kind == FailureKind.WAF_REJECTION:
         episode.waf_refused = min(rejected, episode.waf_refused or rejected)
@@ -187,7 +267,8 @@ def learn(ctx: FlowContext, verdict: Verdict, sent: Measure, episode: Episode) -
     floor = check_floor(ctx, failure, sent)
     new = learned_cap(rejected, floor=max(floor, episode.floor_whole), current=st.cap, accepted=ev.largest_accepted)
     if new is not None:
-        learn_cap(ctx, new, rejected=rejected, how=how)
+        lasting = "until the excerpt goes through" if verdict.excerpt_test else "for this session"
+        learn_cap(ctx, new, rejected=rejected, how=how, lasting=lasting)
         if fact is not None:
             st.turn_facts[st.turn_facts.index(fact)] = replace(fact, value=new)
 

@@ -89,7 +89,8 @@ class SessionStats:
 @dataclass(frozen=True)
 class Fact:
     """A self-standing fact a turn met (kept when the turn fails): ``accepted`` (a body went through),
-    ``rejected`` (a 413 / 431; ``value`` is the cap it taught), ``window`` (the provider stated it)."""
+    ``rejected`` (a 413 / 431; ``value`` is the cap it taught), ``window`` (the provider stated it),
+    ``content`` (a firewall page refused the request's content: no excerpt test at that endpoint)."""
 
     what: str
     endpoint: str

@@ -247,3 +247,66 @@ def test_a_crs_content_block_fails_its_turn_and_changes_no_limit(
 ) -> None:
     box = start("modsecurity", sim, middlebox_in_front)
     content_block_run(box.api_base, where)
+
+
+# A paste far above the cap on its own, behind a page that states no size: only an excerpt of it can get
+# under, and an excerpt that passes cannot tell a size limit from a content rule on a line it left out.
+BIG_PASTE = 150_000
+
+
+def big_paste_session(base: str) -> Session:
+    session = Session(
+        "openai/sim-model", api_base=base, api_key="sim-key", archive=Archive.in_memory(session_id="big"),
+        limits=Limits(context_window=1_000_000, retry_backoff=0.0, request_timeout=30, summary_timeout=30),
+        status=None, on_flush=None,
+    )  # fmt: skip
+    for turn in range(3):
+        assert session.send(f"Report {turn + 1}:\n\n{harmless(400 + turn, 6_000)}").text
+    return session
+
+
+def recoverable(session: Session, text: str) -> bool:
+    expanded = "\n".join(expand_markers(m.content, session.archive, max_depth=200) for m in session.history)
+    return text in expanded
+
+
+def test_a_paste_far_above_haproxys_403_cap_goes_as_an_excerpt_with_the_original_recallable(
+    sim: GatewaySimulator, middlebox_in_front: Factory
+) -> None:
+    box = start("haproxy403", sim, middlebox_in_front)
+    session = big_paste_session(box.api_base)
+    paste = f"The full crash log:\n\n{harmless(499, BIG_PASTE)}"
+    assert session.send(paste).text
+    assert EXCERPT_TAG in session.history[-2].content and recoverable(session, paste)
+    # the paste is refused, then the rest of the history shrinks around it whole and that is refused too
+    refused = [e for e in requests(session) if e.outcome == "rejected"]
+    assert 1 <= len(refused) <= 2 and {e.status for e in refused} == {403}
+    smallest = min(e.bytes for e in refused)
+    assert session.interval.known_to_fail == smallest and session.payload_cap is None
+    assert session.send("What is its port?").text
+    later = requests(session)[requests(session).index(refused[-1]) + 1 :]
+    assert all(e.bytes < smallest for e in later)
+
+
+@pytest.mark.parametrize("where", ["middle", "head"])
+def test_a_crs_content_rule_in_a_paste_far_above_any_body_it_took_never_teaches_a_cap(
+    sim: GatewaySimulator, middlebox_in_front: Factory, where: str
+) -> None:
+    """ModSecurity with a body limit far above the paste: what it refuses is the content. A blocked line
+    the excerpt leaves out (the middle) lets the excerpt through and teaches no cap; one the excerpt
+    keeps (the head) fails the turn saying it is most likely content, and changes no limit."""
+    box = middlebox_in_front("apache", sim.port, max_body=1024 * 1024)
+    session = big_paste_session(box.api_base)
+    doc = harmless(498, BIG_PASTE)
+    text = f"{BLOCKED}\n\n{doc}" if where == "head" else f"{doc[: len(doc) // 2]}\n{BLOCKED}\n{doc[len(doc) // 2 :]}"
+    before = (session.payload_cap, session.context_window)
+    if where == "middle":
+        assert session.send(text).text and recoverable(session, text)
+    else:
+        with pytest.raises(Exception, match="objects to the content"):
+            session.send(text)
+        assert session.interval.known_to_fail is None
+    for turn in range(3):
+        assert session.send(f"Harmless report {turn + 1}:\n\n{harmless(500 + turn, 3_000)}").text
+        assert EXCERPT_TAG not in session.history[-2].content  # sent whole, as before the block
+    assert (session.payload_cap, session.context_window) == before
