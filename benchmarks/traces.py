@@ -211,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     table: dict[tuple[str, int, str | None], dict[str, Any]] = {}
     notes: dict[str, str] = {}
+    stopped: list[str] = []
     for window, gw in cells:
         for strategy in strategies:
             rows = [cache.rows[Cache.key(n, strategy, window, gw)] for n in complete]
@@ -220,10 +221,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{lead} not run: {row['why']}")
                 continue
             notes.setdefault(strategy, next((r["note"] for r in rows if r["note"]), ""))
-            errors = f"  ({', '.join(row['errors'])})" if row["errors"] else ""
+            if row["errors"]:
+                stopped.append(f"  {strategy} at {lead.split(maxsplit=1)[1].strip()}: {', '.join(row['errors'])}")
             print(
                 f"{lead} {row['ok']:>4}/{row['n']:<3} {row['served']:>5}/{row['steps']:<6} {row['rejected']:>8} "
-                f"{row['billed']:>9.4f} {pct(row['verbatim']):>8} {pct(row['reach']):>7} {row['own']:>11.1f}{errors}"
+                f"{row['billed']:>9.4f} {pct(row['verbatim']):>8} {pct(row['reach']):>7} {row['own']:>11.1f}"
             )
     before: list[float] = []
     after: list[float] = []
@@ -235,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
         f"token-count error vs the recorded prompt_tokens ({len(before)} steps): median |error| "
         f"{pct(median_abs(before))} before calibration, {pct(median_abs(after))} after"
     )
+    if stopped:
+        print("runs that did not serve every step stopped with:")
+        print("\n".join(stopped))
+    print("configured as:")
     for strategy, text in notes.items():
         print(f"  {strategy}: {text}")
     failed = bars(table, cells, median_abs(after))

@@ -31,7 +31,7 @@ from contextkit.replay.peers import REPLAY_PEERS, peer_status, plain_peer, run_l
 from contextkit.sim.model import Conversation
 from contextkit.sim.replay import ReplayScript, Trajectory
 
-__all__ = ["MASK_KEEP", "PRICE_AS", "REPLAY_PEERS", "STRATEGIES", "ReplayRun", "StepRecord", "replay"]
+__all__ = ["MASK_KEEP", "PRICE_AS", "REPLAY_PEERS", "STRATEGIES", "ReplayRun", "SentRequest", "StepRecord", "replay"]
 
 MASK_KEEP = 10
 MASK_PLACEHOLDER = "[Old tool output omitted for brevity.]"
@@ -51,6 +51,18 @@ class StepRecord:
     recalled: frozenset[str] = frozenset()  # needed, not verbatim, held by an archived original a marker names
 
 
+@dataclass(frozen=True)
+class SentRequest:
+    """One request the simulator received, in order: ``step`` is the recorded step it was answered with
+    (None: rejected, a summary request, or a placeholder reply)."""
+
+    kind: str  # "turn" | "summary"
+    tokens: int  # the simulator's count of the request
+    bytes: int
+    accepted: bool
+    step: int | None
+
+
 @dataclass
 class ReplayRun:
     strategy: str
@@ -67,6 +79,7 @@ class ReplayRun:
     own_s: float  # the loop's own time: wall time minus the time spent waiting for the provider
     requests: int
     records: list[StepRecord] = field(default_factory=list)
+    sent: list[SentRequest] = field(default_factory=list)
     note: str = ""  # how the strategy was configured (peers: library versions, settings), or why it did not run
     available: bool = True  # False: the strategy could not run here (``error`` says why)
 
@@ -202,8 +215,20 @@ def replay(
         own_s=max(0.0, own),
         requests=len(records),
         records=sorted(steps, key=lambda r: r.step),
+        sent=_sent(records, script),
         note=how,
     )
+
+
+def _sent(records: list[Any], script: ReplayScript) -> list[SentRequest]:
+    # requests are sequential: the accepted turn requests met the script in order, one reply each
+    served = iter(script.served)
+    out = []
+    for r in records:
+        reply = next(served, None) if r.accepted and r.kind == "turn" else None
+        step = reply.step if reply is not None else None
+        out.append(SentRequest(r.kind, r.tokens, r.bytes, r.accepted, step))
+    return out
 
 
 def _masking(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
