@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         todo = [t for t in tasks if Cache.key(t[0], *t[2:]) not in cache.rows]
         if todo and not args.cached_only:
-            print(f"# measuring {len(todo)} of {len(tasks)} replays in {args.jobs} processes "
+            print(f"# measuring {len(todo)} of {len(tasks)} replays in {args.jobs} process{'es' * (args.jobs != 1)} "
                   f"({len(tasks) - len(todo)} cached in {cache.path})", file=sys.stderr, flush=True)  # fmt: skip
             ctx = multiprocessing.get_context("spawn")
             with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=ctx) as pool:
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no run is measured in every cell yet")
         return 1
     print(f"# benchmarks/traces.py, {today}: {len(complete)} of {len(files)} runs from {folder}, "
-          f"{args.jobs} processes, source {cache.code}")  # fmt: skip
+          f"source {cache.code}")  # fmt: skip
     print("# runs: " + ", ".join(complete))
     header = (
         f"{'strategy':<26} {'window':>6} {'gateway':>7} {'runs ok':>8} {'steps':>12} {'rejected':>8} "
@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             notes.setdefault(strategy, next((r["note"] for r in rows if r["note"]), ""))
             if row["errors"]:
-                stopped.append(f"  {strategy} at {lead.split(maxsplit=1)[1].strip()}: {', '.join(row['errors'])}")
+                where = f"{window // 1024}k" + (f" behind {gw}" if gw else "")
+                stopped.append(f"  {strategy} at {where}: {', '.join(row['errors'])}")
             print(
                 f"{lead} {row['ok']:>4}/{row['n']:<3} {row['served']:>5}/{row['steps']:<6} {row['rejected']:>8} "
                 f"{row['billed']:>9.4f} {pct(row['verbatim']):>8} {pct(row['reach']):>7} {row['own']:>11.1f}"
@@ -242,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(stopped))
     print("configured as:")
     for strategy, text in notes.items():
-        print(f"  {strategy}: {text}")
+        if text:
+            print(f"  {strategy}: {text}")
     failed = bars(table, cells, median_abs(after))
     return 1 if failed else 0
 
@@ -279,13 +281,17 @@ def bars(
             )
             ratio = ck["billed"] / mask["billed"] if mask["billed"] else float("inf")
             check(ratio <= 0.6, f"{where}: billed {ratio:.2f}x masking's (bar 0.6x)")
-        for (name, w, g), peer in table.items():
-            if (w, g) != (window, gw) or name == "contextkit" or not peer["available"] or peer["ok"] < peer["n"]:
-                continue
-            check(
-                ck["billed"] <= peer["billed"],
-                f"{where}: billed ${ck['billed']:.4f} <= {name}'s ${peer['billed']:.4f} (it serves every step)",
-            )
+        whole = {
+            name: p["billed"]
+            for (name, w, g), p in table.items()
+            if (w, g) == (window, gw) and name != "contextkit" and p["available"] and p["ok"] == p["n"]
+        }
+        cheaper = ", ".join(f"{name} ${b:.4f}" for name, b in whole.items() if b < ck["billed"])
+        check(
+            not cheaper,
+            f"{where}: billed ${ck['billed']:.4f}, at most every peer that serves every step"
+            + (f" (not: {cheaper})" if cheaper else f" ({len(whole)} of them)"),
+        )
         check(ck["own"] < 10, f"{where}: own time {ck['own']:.1f} ms/step median (bar 10 ms)")
     check(err <= 0.03, f"token-count error after calibration {pct(err)} (bar 3%)")
     return failed
