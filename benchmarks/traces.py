@@ -28,6 +28,7 @@ import concurrent.futures
 import datetime as dt
 import hashlib
 import json
+import logging
 import multiprocessing
 import statistics
 import sys
@@ -86,6 +87,12 @@ def source_hash() -> str:
     for f in sorted((ROOT / "contextkit").rglob("*.py")):
         h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
+
+
+def quiet_worker() -> None:
+    """A worker's logging: headroom's notice that it detects content in pure Python (no ONNX Runtime
+    1.24+) is not a result; the worker is this benchmark's own process."""
+    logging.getLogger("headroom").setLevel(logging.ERROR)
 
 
 def measure(path: str, strategy: str, window: int, gateway: str | None) -> dict[str, Any]:
@@ -181,17 +188,18 @@ def main(argv: list[str] | None = None) -> int:
         files = trajectory_files(folder, Path(tmp))
         chosen = pick(files, args.runs)
         names = [f"{p.parent.name}/{p.name.removesuffix('.traj.json')}" for p in chosen]
-        # run-major: a stopped benchmark leaves whole runs measured in every cell
-        tasks = [(n, str(p), "tokens", 0, None) for n, p in zip(names, chosen, strict=True)]
-        tasks += [
-            (n, str(p), s, w, gw) for n, p in zip(names, chosen, strict=True) for w, gw in cells for s in strategies
-        ]
+        # run-major, smallest first: a stopped benchmark leaves as many runs measured in every cell as it can
+        runs = sorted(zip(names, chosen, strict=True), key=lambda run: run[1].stat().st_size)
+        tasks = [(n, str(p), "tokens", 0, None) for n, p in runs]
+        tasks += [(n, str(p), s, w, gw) for n, p in runs for w, gw in cells for s in strategies]
         todo = [t for t in tasks if Cache.key(t[0], *t[2:]) not in cache.rows]
         if todo and not args.cached_only:
             print(f"# measuring {len(todo)} of {len(tasks)} replays in {args.jobs} process{'es' * (args.jobs != 1)} "
                   f"({len(tasks) - len(todo)} cached in {cache.path})", file=sys.stderr, flush=True)  # fmt: skip
             ctx = multiprocessing.get_context("spawn")
-            with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=ctx) as pool:
+            with concurrent.futures.ProcessPoolExecutor(
+                max_workers=max(1, args.jobs), mp_context=ctx, initializer=quiet_worker
+            ) as pool:
                 futures = {pool.submit(measure, *t[1:]): t for t in todo}
                 for done, fut in enumerate(concurrent.futures.as_completed(futures), 1):
                     t = futures[fut]

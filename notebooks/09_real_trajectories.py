@@ -38,7 +38,10 @@ import contextkit
 
 contextkit.offline()  # this notebook owns its process: nothing is fetched from the network
 
+from contextkit.analysis import enable_offline_renderer  # noqa: E402
 from contextkit.replay import MASK_KEEP, load_trajectory, replay  # noqa: E402
+
+enable_offline_renderer("png")  # static images through vl-convert: no CDN
 
 FIXTURES = Path("..") / "tests" / "fixtures" / "traces"
 WINDOW = 8192
@@ -94,13 +97,20 @@ for name, run in runs.items():
         refs += [
             {"strategy": name, "step": rec.step, "names": len(rec.verbatim), "held": "verbatim"},
             {"strategy": name, "step": rec.step, "names": len(rec.recalled), "held": "one recall away"},
-            {"strategy": name, "step": rec.step, "names": len(rec.needed - rec.verbatim - rec.recalled), "held": "gone"},
+            {
+                "strategy": name,
+                "step": rec.step,
+                "names": len(rec.needed - rec.verbatim - rec.recalled),
+                "held": "gone",
+            },
         ]
 alt.Chart(alt.InlineData(values=refs)).mark_bar().encode(
     x=alt.X("step:O", title="step"),
     y=alt.Y("sum(names):Q", title="first-use names"),
     color=alt.Color(
-        "held:N", title=None, sort=["verbatim", "one recall away", "gone"],
+        "held:N",
+        title=None,
+        sort=["verbatim", "one recall away", "gone"],
         scale=alt.Scale(domain=["verbatim", "one recall away", "gone"], range=["#4c78a8", "#72b7b2", "#e45756"]),
     ),
 ).properties(width=230, height=200).facet(column=alt.Column("strategy:N", title=None, sort=list(runs)))
