@@ -253,4 +253,5 @@ gw.stop()
 # **Where next:** notebook 2 climbs the recovery ladder one rung at a time, 3 looks at microcompact
 # and recall, 4 at gateway caps, 5 measures what each recovery level and compaction stage costs and
 # saves, 6 shows how to assemble prompts so the provider's prompt cache survives, 7 runs the same
-# session against real servers (nginx in front of llama.cpp), and 8 brings an agent you did not write.
+# session against real servers (nginx in front of llama.cpp), 8 brings an agent you did not write, and
+# 9 replays real agent runs through contextkit and its peers.

@@ -7,17 +7,20 @@ real agent loop over HTTP against the simulator, which answers with the recorded
 
 from __future__ import annotations
 
-from contextkit.replay.harness import MASK_KEEP, PRICE_AS, STRATEGIES, ReplayRun, StepRecord, replay
+from contextkit.replay.harness import MASK_KEEP, PRICE_AS, STRATEGIES, ReplayRun, SentRequest, StepRecord, replay
 from contextkit.replay.metrics import LAG, calibrated_errors, first_uses, identifiers, median_abs, token_errors
+from contextkit.replay.peers import REPLAY_PEERS, peer_status
 from contextkit.sim.replay import ReplayScript, Trajectory, load_trajectory, parse_trajectory
 
 __all__ = [
     "LAG",
     "MASK_KEEP",
     "PRICE_AS",
+    "REPLAY_PEERS",
     "STRATEGIES",
     "ReplayRun",
     "ReplayScript",
+    "SentRequest",
     "StepRecord",
     "Trajectory",
     "calibrated_errors",
@@ -26,6 +29,7 @@ __all__ = [
     "load_trajectory",
     "median_abs",
     "parse_trajectory",
+    "peer_status",
     "replay",
     "token_errors",
 ]

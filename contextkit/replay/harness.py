@@ -8,34 +8,36 @@ each call. The strategy is the agent loop's context management:
 * ``none`` - the whole history on every request;
 * ``masking`` - observation masking: every tool output but the ``MASK_KEEP`` newest replaced by a
   placeholder (the baseline of Lindenbauer et al., "The Complexity Trap", 2025);
-* ``contextkit`` - a ``Session`` told the window (and the cap), with its archive.
+* ``contextkit`` - a ``Session`` told the window (and the cap), with its archive;
+* the peers of ``replay.peers`` (``REPLAY_PEERS``): LangChain v1's summarization and
+  context-editing middleware, Anthropic-style clearing, litellm's ``compress``, headroom.
 
-Plain loops (``none``, ``masking``) stop at the first failed request, as an agent without recovery
+Plain loops (``none``, ``masking``, the clearing and compress peers) stop at the first failed request, as an agent without recovery
 does; a ``Session`` recovers as it always does. Per step the harness records what the request held
 (``StepRecord``), from which ``ReplayRun`` derives the metrics.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from contextkit.markers import extract_keys
+from contextkit.replay.loop import Plain, Tool, plain_loop
 from contextkit.replay.metrics import billed, first_uses
+from contextkit.replay.peers import REPLAY_PEERS, peer_status, plain_peer, run_langchain
 from contextkit.sim.model import Conversation
 from contextkit.sim.replay import ReplayScript, Trajectory
 
-__all__ = ["MASK_KEEP", "PRICE_AS", "STRATEGIES", "ReplayRun", "StepRecord", "replay"]
+__all__ = ["MASK_KEEP", "PRICE_AS", "REPLAY_PEERS", "STRATEGIES", "ReplayRun", "SentRequest", "StepRecord", "replay"]
 
 MASK_KEEP = 10
 MASK_PLACEHOLDER = "[Old tool output omitted for brevity.]"
 PRICE_AS = "deepseek/deepseek-chat"  # the recorded runs' own model, in litellm's cost map
-STRATEGIES = ("none", "masking", "contextkit")
-REQUEST_TIMEOUT = 60.0
-NO_OUTPUT = "<returncode>0</returncode>\n<output>\n(no output was recorded: the run ended after this command)\n</output>"
+STRATEGIES = ("none", "masking", "contextkit", *REPLAY_PEERS)
+PLAIN_PEERS = ("anthropic-clearing", "litellm-compress", "headroom")
 
 
 @dataclass
@@ -47,6 +49,18 @@ class StepRecord:
     verbatim: frozenset[str]
     keys: tuple[str, ...]  # markers in the request
     recalled: frozenset[str] = frozenset()  # needed, not verbatim, held by an archived original a marker names
+
+
+@dataclass(frozen=True)
+class SentRequest:
+    """One request the simulator received, in order: ``step`` is the recorded step it was answered with
+    (None: rejected, a summary request, or a placeholder reply)."""
+
+    kind: str  # "turn" | "summary"
+    tokens: int  # the simulator's count of the request
+    bytes: int
+    accepted: bool
+    step: int | None
 
 
 @dataclass
@@ -65,6 +79,9 @@ class ReplayRun:
     own_s: float  # the loop's own time: wall time minus the time spent waiting for the provider
     requests: int
     records: list[StepRecord] = field(default_factory=list)
+    sent: list[SentRequest] = field(default_factory=list)
+    note: str = ""  # how the strategy was configured (peers: library versions, settings), or why it did not run
+    available: bool = True  # False: the strategy could not run here (``error`` says why)
 
     @property
     def served_all(self) -> bool:
@@ -89,6 +106,9 @@ class ReplayRun:
         return 1000 * self.own_s / max(1, self.requests)
 
 
+Shaper = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+
+
 def _request_text(conv: Conversation) -> str:
     parts = []
     for m in conv.messages:
@@ -98,8 +118,9 @@ def _request_text(conv: Conversation) -> str:
 
 
 class _Observer:
-    def __init__(self, traj: Trajectory) -> None:
+    def __init__(self, traj: Trajectory, keys: Callable[[str], Iterable[str]] = extract_keys) -> None:
         self.needs = first_uses(traj)
+        self.keys = keys
         self.records: dict[int, StepRecord] = {}
 
     def __call__(self, step: int, conv: Conversation) -> None:
@@ -108,35 +129,23 @@ class _Observer:
             return
         text = _request_text(conv)
         verbatim = frozenset(n for n in needed if n in text)
-        self.records[step] = StepRecord(step, needed, verbatim, tuple(dict.fromkeys(extract_keys(text))))
+        self.records[step] = StepRecord(step, needed, verbatim, tuple(dict.fromkeys(self.keys(text))))
+
+    def resolve(self, original: Callable[[str], str | None]) -> None:
+        """One recall away: a needed name an original named by a marker in the request holds."""
+        for rec in self.records.values():
+            missing = rec.needed - rec.verbatim
+            originals = [original(k) or "" for k in rec.keys] if missing else []
+            rec.recalled = frozenset(n for n in missing if any(n in o for o in originals))
 
 
-class _Tool:
-    """The agent's ``bash``: the recorded output of the call the replay just made."""
-
-    def __init__(self, traj: Trajectory, script: ReplayScript) -> None:
-        self.traj, self.script = traj, script
-        self.used: set[str] = set()
-
-    def output(self, command: str) -> str:
-        served = next((s for s in reversed(self.script.served) if s.kind == "step"), None)
-        calls = self.traj.messages[served.position].calls if served is not None else ()
-        fresh = [c for c in calls if c.id not in self.used]
-        match = next((c for c in fresh if _command(c.arguments) == command), fresh[0] if fresh else None)
-        if match is None:
-            return NO_OUTPUT
-        self.used.add(match.id)
-        return self.traj.output_for(match.id) or NO_OUTPUT
-
-
-def _command(arguments: str) -> str:
-    try:
-        return str(json.loads(arguments).get("command", ""))
-    except (ValueError, AttributeError):
-        return ""
-
-
-Shaper = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+def _builtin(strategy: str | Shaper) -> Plain:
+    if callable(strategy):
+        shape = strategy
+        return Plain(getattr(strategy, "__name__", "custom"), lambda history: (shape(history), []))
+    if strategy == "masking":
+        return Plain("masking", lambda history: (_masking(history), []), note=f"keep the {MASK_KEEP} newest outputs")
+    return Plain("none", lambda history: (list(history), []))
 
 
 def replay(
@@ -151,28 +160,40 @@ def replay(
     """Replay ``traj`` under ``strategy`` against a fresh simulator; the run's metrics.
 
     ``strategy`` is one of ``STRATEGIES`` or a function from the full wire history to the request a
-    plain agent loop sends (``name`` in the run: the function's ``__name__``).
+    plain agent loop sends (``name`` in the run: the function's ``__name__``). A peer that cannot
+    run here (its library missing) gives a run that says why (``available`` false, ``error``).
     """
     from contextkit.sim.server import GatewaySimulator
 
-    if callable(strategy):
-        shape, name = strategy, getattr(strategy, "__name__", "custom")
-    elif strategy in STRATEGIES:
-        shape, name = (_masking if strategy == "masking" else list), strategy
-    else:
+    if not callable(strategy) and strategy not in STRATEGIES:
         raise ValueError(f"unknown replay strategy {strategy!r}; use one of {', '.join(STRATEGIES)} or a function")
-    observer = _Observer(traj)
+    name = strategy if isinstance(strategy, str) else getattr(strategy, "__name__", "custom")
+    if name in REPLAY_PEERS:
+        why = peer_status(name)
+        if why is not None:
+            return ReplayRun(name, traj.name, window, None, len(traj.steps), 0, 0, f"not run: {why}", 0.0, 0, 0,
+                             0.0, 0, note=why, available=False)  # fmt: skip
+    plain: Plain | None = None
+    if callable(strategy) or strategy in ("none", "masking"):
+        plain = _builtin(strategy)
+    elif strategy in PLAIN_PEERS:
+        plain = plain_peer(strategy, traj, window, max_body)
+    observer = _Observer(traj, plain.keys if plain is not None else extract_keys)
     script = ReplayScript(traj, observe=observer)
-    tool = _Tool(traj, script)
+    tool = Tool(traj, script)
     from contextkit import backend
 
     backend.litellm()  # imported before the clock starts: a first import is not a step's work
+    how = plain.note if plain is not None else ""
     with GatewaySimulator(context_window=window, max_body=max_body, agent=script) as sim:
         started = time.perf_counter()
         if strategy == "contextkit":
             error, waited = _session_loop(traj, script, tool, sim, window, max_body, session_options, observer)
+        elif plain is not None:
+            error, waited = plain_loop(traj, script, tool, sim, plain)
+            observer.resolve(plain.original)
         else:
-            error, waited = _plain_loop(traj, script, tool, sim, shape)
+            error, waited, how = run_langchain(name, traj, script, tool, sim, window)
         own = time.perf_counter() - started - waited
         records = sim.requests
     turns = [r for r in records if r.kind == "turn"]
@@ -194,7 +215,20 @@ def replay(
         own_s=max(0.0, own),
         requests=len(records),
         records=sorted(steps, key=lambda r: r.step),
+        sent=_sent(records, script),
+        note=how,
     )
+
+
+def _sent(records: list[Any], script: ReplayScript) -> list[SentRequest]:
+    # requests are sequential: the accepted turn requests met the script in order, one reply each
+    served = iter(script.served)
+    out = []
+    for r in records:
+        reply = next(served, None) if r.accepted and r.kind == "turn" else None
+        step = reply.step if reply is not None else None
+        out.append(SentRequest(r.kind, r.tokens, r.bytes, r.accepted, step))
+    return out
 
 
 def _masking(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -203,59 +237,10 @@ def _masking(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**m, "content": MASK_PLACEHOLDER} if i in old else m for i, m in enumerate(history)]
 
 
-def _plain_loop(
-    traj: Trajectory,
-    script: ReplayScript,
-    tool: _Tool,
-    sim: Any,
-    shape: Shaper,
-) -> tuple[str | None, float]:
-    """The loop an agent without context management runs; (error, seconds waiting for the provider)."""
-    from contextkit import backend
-
-    kwargs = sim.litellm_kwargs()
-    model = kwargs.pop("model")
-    tools = list(traj.tool_schemas)
-    history: list[dict[str, Any]] = [{"role": "system", "content": traj.system}, {"role": "user", "content": traj.task}]
-    waited = 0.0
-    while True:
-        sent = shape(history)
-        t0 = time.perf_counter()
-        try:
-            response = backend.completion(model, sent, timeout=REQUEST_TIMEOUT, tools=tools, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - a failed request ends a plain agent's run
-            waited += time.perf_counter() - t0
-            return f"{type(exc).__name__}: {str(exc)[:200]}", waited
-        waited += time.perf_counter() - t0
-        message = response.choices[0].message
-        calls = list(getattr(message, "tool_calls", None) or [])
-        last = script.served[-1]
-        if not calls:
-            history.append({"role": "assistant", "content": message.content or ""})
-            follow = script.next_user(last.position) if last.kind == "unrecorded" else None
-            if follow is None:
-                return None, waited
-            history.append({"role": "user", "content": follow})
-            continue
-        history.append(
-            {
-                "role": "assistant",
-                "content": message.content or None,
-                "tool_calls": [
-                    {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                    for c in calls
-                ],
-            }
-        )
-        for c in calls:
-            out = tool.output(_command(c.function.arguments or "{}"))
-            history.append({"role": "tool", "tool_call_id": c.id, "content": out})
-
-
 def _session_loop(
     traj: Trajectory,
     script: ReplayScript,
-    tool: _Tool,
+    tool: Tool,
     sim: Any,
     window: int,
     max_body: int | str | None,
@@ -293,10 +278,7 @@ def _session_loop(
             last = script.served[-1]
             text = script.next_user(last.position) if last.kind == "unrecorded" else None
         waited = sum(e.latency_s for e in session.events if isinstance(e, RequestEvent))
-        for rec in observer.records.values():  # one recall away: an original a marker in the request names
-            missing = rec.needed - rec.verbatim
-            originals = [archive.get(k) or "" for k in rec.keys] if missing else []
-            rec.recalled = frozenset(n for n in missing if any(n in o for o in originals))
+        observer.resolve(archive.get)
         return error, waited
     finally:
         session.close()
