@@ -210,6 +210,23 @@ def to_wire_list(history: Iterable[Message]) -> list[dict[str, Any]]:
     return [to_wire(m) for m in history]
 
 
+def reply_to_wire(reply: Any) -> dict[str, Any]:
+    """The assistant dict for a provider's reply message (an OpenAI/litellm response object), as a
+    plain agent loop appends it to its history: its text (``None`` beside tool calls with no text)
+    and its tool calls."""
+    calls = list(getattr(reply, "tool_calls", None) or [])
+    if not calls:
+        return {"role": "assistant", "content": reply.content or ""}
+    return {
+        "role": "assistant",
+        "content": reply.content or None,
+        "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in calls
+        ],
+    }
+
+
 def _text_and_images(content: Any, where: str) -> tuple[str, tuple[str, ...], tuple[str | None, ...]]:
     """Text (parts joined by newlines), image URLs and their ``detail`` (``()`` when none is given)."""
     if content is None:

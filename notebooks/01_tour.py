@@ -173,8 +173,12 @@ for i, (tool, args) in enumerate(plan, 1):
 #
 # A paste bigger than the cap on its own is different behind a page that states no size: only an
 # excerpt of it could be sent, and an excerpt that passes cannot tell a size limit from a firewall
-# objecting to a line it left out. That turn fails with a message saying so and changes nothing;
-# `Limits(max_payload=...)` tells the session the cap when you know it.
+# objecting to a line it left out. So the session tests one only when the refused request is far
+# above anything that passed (at least 64 KB and twice the largest accepted body) and this gateway
+# has not refused content before: the paste is archived whole and sent as a head + tail excerpt the
+# model can page through with `recall`. If the excerpt passes, only the refused size stays *known to
+# fail*; the cap that sized the excerpt is dropped again. Otherwise the turn fails with a message
+# saying so and changes nothing. `Limits(max_payload=...)` tells the session the cap when you know it.
 #
 # On the chart the red *known to fail* line appears at the refused size. The learned cap (the send
 # limit) is ¾ of it: it can sit above the real cap, because one refusal only says the real cap is

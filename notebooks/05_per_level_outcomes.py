@@ -121,7 +121,7 @@ assert results["needle_accuracy"].drop_nulls().is_between(0, 1).all()
 # * **needles** — the share of needle questions answered with the planted fact, mean and the
 #   spread across seeds. A sliding window forgets; a summary keeps some facts and loses others;
 #   clearing old tool results loses what they held unless it can be recalled.
-# * **$/session** — every accepted request (turns and summaries) priced as a real model (`PRICE_AS`) by
+# * **$** — per session: every accepted request (turns and summaries) priced as a real model (`PRICE_AS`) by
 #   `backend.request_cost`, with the cached-input price for the tokens the simulator's prompt cache served.
 # * the **verdict** line says who wins each metric in the cell — also when it is not contextkit.
 

@@ -15,6 +15,7 @@ from contextkit.experiments import GatewaySpec, RunSpec, Workload, run_one
 from contextkit.experiments.arena import (
     ARENA_STRATEGIES,
     STANDARD_CELL,
+    VERDICT_WIDTH,
     cells,
     format_arena,
     grid_specs,
@@ -129,6 +130,8 @@ def test_the_verdict_names_the_winners_and_says_when_a_strategy_does_not_win() -
     assert "needles: langchain-summarization (65%)" in said and "cost among completers: sliding-window" in said
     table = format_arena(summary)
     assert "60% (50%-70%)" in table and "not run: missing" in table and "verdict:" in table
+    # it fits a 1024 px slide: no line wider than the verdict's wrap width
+    assert max(map(len, table.splitlines())) <= VERDICT_WIDTH, max(table.splitlines(), key=len)
 
 
 def test_cost_is_the_real_models_price_of_the_wire_log_and_matches_the_sessions_own_accounting() -> None:

@@ -165,8 +165,9 @@ def format_arena(summary: pl.DataFrame, *, standard_first: bool = True) -> str:
     """The benchmark's text table: one block per cell, one line per strategy, then the verdict."""
     import polars as pl
 
-    headers = ("strategy", "runs", "complete", "needles (min-max)", "rejected/s", "prompt tok/s",
-               f"$/session ({PRICE_AS})", "summaries/s", "wall s/s")  # fmt: skip
+    # per-session figures under short headers (the block's first line says so): the table must fit
+    # a 1024 px slide without wrapping, so its lines stay within VERDICT_WIDTH characters
+    headers = ("strategy", "runs", "complete", "needles", "rejected", "prompt tokens", "$", "summaries", "wall s")
     order = list(dict.fromkeys(summary["gateway"].to_list()))
     if standard_first and STANDARD_CELL in order:
         order.remove(STANDARD_CELL)
@@ -191,7 +192,10 @@ def format_arena(summary: pl.DataFrame, *, standard_first: bool = True) -> str:
         full = [row for row in lines if len(row) == len(headers)]
         widths = [max([len(h), *(len(row[i]) for row in full)]) for i, h in enumerate(headers)]
         fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
-        text = [f"== {cell}: {cap}, {first['context_window']:,}-token window", fmt.format(*headers)]
+        text = [
+            f"== {cell}: {cap}, {first['context_window']:,}-token window (per session; $ as {PRICE_AS})",
+            fmt.format(*headers),
+        ]
         for row in lines:
             text.append(fmt.format(*row) if len(row) == len(headers) else f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]}")
         # wrapped so the table and its verdict fit a 1280 px notebook or a projected slide

@@ -32,6 +32,7 @@ from typing import Any
 
 from contextkit.experiments.strategies import MAX_TOOL_ROUNDS, REQUEST_TIMEOUT, StrategyRun, _share_in, _text
 from contextkit.experiments.workload import SYSTEM_PROMPT, GatewaySpec, RunTimeout, Workload
+from contextkit.messages import reply_to_wire
 
 __all__ = ["PEERS", "PEER_PACKAGES", "TRIGGER_FRACTION", "peer_status", "run_peer"]
 
@@ -124,11 +125,25 @@ def _langchain_tools(workload: Workload) -> list[Callable[..., str]]:
     return [read_file, grep, tail_log, get_json]
 
 
+def langchain_middleware(strategy: str, model: Any, window: int) -> tuple[Any, str]:
+    """The LangChain v1 middleware a peer runs (``langchain-summarization`` or
+    ``langchain-context-editing``) for a window of ``window`` tokens, and how it was set up, in words."""
+    from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware, SummarizationMiddleware
+
+    if strategy == "langchain-summarization":
+        middleware = SummarizationMiddleware(
+            model=model, trigger=("fraction", TRIGGER_FRACTION), keep=("fraction", KEEP_FRACTION)
+        )
+        return middleware, f"SummarizationMiddleware(trigger=('fraction', {TRIGGER_FRACTION}), keep=('fraction', {KEEP_FRACTION}))"
+    trigger = int(window * TRIGGER_FRACTION)
+    edit = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=trigger, keep=KEEP_TOOL_RESULTS)])
+    return edit, f"ContextEditingMiddleware(ClearToolUsesEdit(trigger={trigger}, keep={KEEP_TOOL_RESULTS}))"
+
+
 def _langchain(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any) -> StrategyRun:
     # langchain-openai counts tokens with tiktoken, which downloads its encodings unless
     # TIKTOKEN_CACHE_DIR names a copy: contextkit.offline() points it at litellm's bundled one.
     from langchain.agents import create_agent
-    from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware, SummarizationMiddleware
     from langchain_core.messages import HumanMessage
     from langchain_openai import ChatOpenAI
     from pydantic import SecretStr
@@ -138,16 +153,7 @@ def _langchain(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any) -> 
         model=sim.litellm_kwargs()["model"].split("/", 1)[1], base_url=sim.api_base, api_key=SecretStr("sim-key"),
         timeout=REQUEST_TIMEOUT, profile={"max_input_tokens": window},
     )  # fmt: skip
-    middleware: Any
-    if strategy == "langchain-summarization":
-        middleware = SummarizationMiddleware(
-            model=model, trigger=("fraction", TRIGGER_FRACTION), keep=("fraction", KEEP_FRACTION)
-        )
-        note = f"SummarizationMiddleware(trigger=('fraction', {TRIGGER_FRACTION}), keep=('fraction', {KEEP_FRACTION}))"
-    else:
-        trigger = int(window * TRIGGER_FRACTION)
-        middleware = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=trigger, keep=KEEP_TOOL_RESULTS)])
-        note = f"ContextEditingMiddleware(ClearToolUsesEdit(trigger={trigger}, keep={KEEP_TOOL_RESULTS}))"
+    middleware, note = langchain_middleware(strategy, model, window)
     agent = create_agent(
         model=model, tools=_langchain_tools(workload), system_prompt=SYSTEM_PROMPT, middleware=[middleware]
     )
@@ -212,14 +218,10 @@ def _loop(
                                    recoverable=_share_in(workload.outputs, _text(sent)))  # fmt: skip
             message = response.choices[0].message
             calls = list(getattr(message, "tool_calls", None) or [])
+            history.append(reply_to_wire(message))
             if not calls:
                 replies[turn] = message.content or ""
-                history.append({"role": "assistant", "content": replies[turn]})
                 break
-            history.append({"role": "assistant", "content": message.content or None, "tool_calls": [
-                {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                for c in calls
-            ]})  # fmt: skip
             for c in calls:
                 args = c.function.arguments or "{}"
                 result = retrieve(c.function.name, args)

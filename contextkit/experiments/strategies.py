@@ -37,6 +37,7 @@ from typing import Any
 
 from contextkit.events import Event, EventLog, RequestEvent
 from contextkit.experiments.workload import SYSTEM_PROMPT, GatewaySpec, RunTimeout, Workload
+from contextkit.messages import reply_to_wire
 
 __all__ = [
     "BASELINES",
@@ -204,24 +205,10 @@ def _baseline(strategy: str, workload: Workload, gw: GatewaySpec, sim: Any, run_
             )  # fmt: skip
             message = response.choices[0].message
             calls = list(getattr(message, "tool_calls", None) or [])
+            history.append(reply_to_wire(message))
             if not calls:
-                history.append({"role": "assistant", "content": message.content or ""})
                 replies[turn] = message.content or ""
                 break
-            history.append(
-                {
-                    "role": "assistant",
-                    "content": message.content or None,
-                    "tool_calls": [
-                        {
-                            "id": c.id,
-                            "type": "function",
-                            "function": {"name": c.function.name, "arguments": c.function.arguments},
-                        }
-                        for c in calls
-                    ],
-                }
-            )
             for c in calls:
                 result = workload.call(c.function.name, c.function.arguments or "{}")
                 history.append({"role": "tool", "tool_call_id": c.id, "content": result})

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from contextkit.messages import reply_to_wire
 from contextkit.sim.replay import ReplayScript, Trajectory
 
 __all__ = ["NO_OUTPUT", "REQUEST_TIMEOUT", "Plain", "Shaped", "Tool", "command_of", "plain_loop"]
@@ -96,27 +97,13 @@ def plain_loop(traj: Trajectory, script: ReplayScript, tool: Tool, sim: Any, pla
         message = response.choices[0].message
         calls = list(getattr(message, "tool_calls", None) or [])
         last = script.served[-1]
+        history.append(reply_to_wire(message))
         if not calls:
-            history.append({"role": "assistant", "content": message.content or ""})
             follow = script.next_user(last.position) if last.kind == "unrecorded" else None
             if follow is None:
                 return None, waited
             history.append({"role": "user", "content": follow})
             continue
-        history.append(
-            {
-                "role": "assistant",
-                "content": message.content or None,
-                "tool_calls": [
-                    {
-                        "id": c.id,
-                        "type": "function",
-                        "function": {"name": c.function.name, "arguments": c.function.arguments},
-                    }
-                    for c in calls
-                ],
-            }
-        )
         for c in calls:
             out = tool.output(command_of(c.function.arguments or "{}"))
             history.append({"role": "tool", "tool_call_id": c.id, "content": out})

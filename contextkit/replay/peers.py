@@ -141,13 +141,12 @@ def run_langchain(
 ) -> tuple[str | None, float, str]:
     """Replay under a LangChain v1 agent; (error, seconds in model calls, how it was configured)."""
     from langchain.agents import create_agent
-    from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware, SummarizationMiddleware
     from langchain_core.callbacks import BaseCallbackHandler
     from langchain_core.messages import HumanMessage
     from langchain_openai import ChatOpenAI
     from pydantic import SecretStr
 
-    from contextkit.experiments.peers import KEEP_FRACTION, KEEP_TOOL_RESULTS, TRIGGER_FRACTION
+    from contextkit.experiments.peers import langchain_middleware
 
     class Timer(BaseCallbackHandler):
         """Time inside model calls (the summarizer's too): the provider's share, excluded from own time."""
@@ -170,16 +169,7 @@ def run_langchain(
         model=sim.litellm_kwargs()["model"].split("/", 1)[1], base_url=sim.api_base, api_key=SecretStr("sim-key"),
         timeout=REQUEST_TIMEOUT, profile={"max_input_tokens": window}, callbacks=[timer],
     )  # fmt: skip
-    middleware: Any
-    if name == "langchain-summarization":
-        middleware = SummarizationMiddleware(
-            model=model, trigger=("fraction", TRIGGER_FRACTION), keep=("fraction", KEEP_FRACTION)
-        )
-        how = f"SummarizationMiddleware(trigger=('fraction', {TRIGGER_FRACTION}), keep=('fraction', {KEEP_FRACTION}))"
-    else:
-        trigger = int(window * TRIGGER_FRACTION)
-        middleware = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=trigger, keep=KEEP_TOOL_RESULTS)])
-        how = f"ContextEditingMiddleware(ClearToolUsesEdit(trigger={trigger}, keep={KEEP_TOOL_RESULTS}))"
+    middleware, how = langchain_middleware(name, model, window)
 
     def bash(command: str) -> str:
         """Execute a bash command"""
