@@ -136,6 +136,12 @@ LAYERS = (
 )
 
 
+# Folders drawn side by side in ARCHITECTURE.md rather than above each other: the hosts other than
+# Session (integrations/) stand on session/ and below, never on the simulator, the widgets or the
+# experiments, so that a proxy or an adapter loads none of them.
+CEILING = {"integrations": "session"}
+
+
 def layer_of(module: str, package: Path = PACKAGE) -> str:
     parts = module.split(".")
     if len(parts) == 1 or parts[1] == "__main__":
@@ -151,7 +157,8 @@ def layering_violations(graph: dict[str, set[str]], package: Path = PACKAGE) -> 
         here = layer_of(module, package)
         for target in sorted(targets):
             there = layer_of(target, package)
-            if there != here and LAYERS.index(there) >= LAYERS.index(here):
+            top = LAYERS.index(CEILING[here]) if here in CEILING else LAYERS.index(here) - 1
+            if there != here and LAYERS.index(there) > top:
                 found.append(f"{module} ({here}/) imports {target} ({there}/)")
     return found
 
@@ -167,6 +174,19 @@ def test_the_layering_check_finds_an_import_that_runs_upwards(tmp_path: Path) ->
     (pkg / "failures" / "classify.py").write_text("def later():\n    from contextkit.engine import flow\n")
     assert layering_violations(import_graph(pkg), pkg) == [
         "contextkit.failures.classify (failures/) imports contextkit.engine.flow (engine/)"
+    ]
+
+
+def test_the_layering_check_keeps_integrations_off_the_simulator(tmp_path: Path) -> None:
+    """sim/ is listed below integrations/, yet a proxy or an adapter must not load it."""
+    pkg = tmp_path / "contextkit"
+    for folder in ("session", "sim", "integrations"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "integrations" / "proxy.py").write_text("from contextkit.session import core\nfrom contextkit.sim import x\n")
+    assert layering_violations(import_graph(pkg), pkg) == [
+        "contextkit.integrations.proxy (integrations/) imports contextkit.sim (sim/)"
     ]
 
 
