@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from contextkit.archive import Archive
 from contextkit.cli.demo import PASTE_LINES
 from contextkit.sizing import format_size
@@ -100,16 +98,6 @@ def test_demo_tells_its_story_with_measured_figures_and_leaves_the_repository_cl
     assert ending[2].startswith(f"It removed nothing for good: {count} pieces ({format_size(total)})")
     assert str(archive_path) in ending[2]
     assert saved["cap_source"] == "learned"
-
-
-@pytest.mark.slow  # two more demo runs (about a minute here); the first run is checked above
-def test_a_second_run_into_a_named_folder_tells_the_same_ending(tmp_path: Path) -> None:
-    for _ in range(2):  # the folder exists the second time
-        out = run("demo", "--steps", "2", "--out", str(tmp_path / "demo"), cwd=tmp_path)
-        assert out.returncode == 0, out.stderr[-2000:]
-        ending = [line for line in out.stdout.splitlines() if line.strip()][-3:]
-        assert [s.split(" ")[:2] for s in ending] == [["The", "gateway"], ["The", "session"], ["It", "removed"]]
-        assert str(tmp_path / "demo" / "archive.sqlite") in ending[2]
 
 
 def test_sim_and_experiment_help(tmp_path: Path) -> None:
