@@ -173,3 +173,15 @@ def test_shrink_cuts_a_superseded_view_before_the_current_one():
     out, report = shrink_to_budget(h, budget=budget, measure=request_bytes, archive=MemorySink())
     assert report.changed and out[3] is not h[3]  # the superseded view went first
     assert out[7] is h[7]  # the current view stays whole
+
+
+def test_a_second_shrink_of_what_is_already_cut_changes_nothing():
+    """Shrinking a history that an earlier pass already cut to floors and pointers, still over its
+    budget, must not rewrite those messages again for a few bytes each (each rewrite breaks the
+    prompt cache from that message on): nothing changes and the report says so."""
+    sink = MemorySink()
+    h = [Message.system("s" * 20_000), *(Message.assistant(f"result {i}\n" + "x" * 30_000) for i in range(6))]
+    once, first = shrink_to_budget(h, budget=20_500, measure=chars, archive=sink)
+    assert first.changed and first.stubbed and not first.within_budget  # the system prompt alone is over
+    twice, second = shrink_to_budget(once, budget=20_500, measure=chars, archive=sink)
+    assert not second.changed and twice == once, second.describe()
