@@ -35,6 +35,11 @@ from contextkit.policy.archive_index import split_index
 
 Measure = Callable[[Sequence[Message]], int]
 
+# A cut that frees less than this is not made: rewriting a message throws the provider's prompt cache
+# away from it on, and re-cutting a message that is already at its floor or a pointer (a pointer
+# made again from a pointer is a few characters shorter) would pay that for nothing.
+MIN_CUT_CHARS = 64
+
 
 def unread_recalls(history: Sequence[Message]) -> set[int]:
     """Recall results the model has not answered yet (after the last assistant message): they were
@@ -160,15 +165,18 @@ def shrink_to_budget(
                 new = with_suffix(structure_preserving(body, target) + index, keys)
             else:
                 new = with_suffix(pointer_stub(m, len(body)) + index, keys)
-                stubbed.add(i)
-            if len(new) >= len(m.content):
+            if len(m.content) - len(new) < MIN_CUT_CHARS:
                 exhausted.add(i)
                 continue
             out[i] = m.with_content(new)
             after = measure(out)
-            if after >= total:
+            if after >= total:  # shorter text, no smaller request (tokens or escaping): keep the message
+                out[i] = m
                 exhausted.add(i)
-            total = min(total, after)
+                continue
+            total = after
+            if stage == 2:
+                stubbed.add(i)
         if total <= budget:
             break
     changed = [i for i in cited if out[i] is not history[i]]
