@@ -52,19 +52,24 @@ from typing import Any
 
 from contextkit.markers import ArchiveSink, extract_keys
 from contextkit.messages import Message, assistant_turns
+from contextkit.policy.arguments import excerpt_call_arguments
 from contextkit.policy.budgets import is_budget_preview
 from contextkit.policy.microcompact import (
+    ONE_LINER_PREFIX,
     MicrocompactConfig,
     MicrocompactReport,
     clear_to_one_liner,
     is_candidate,
     microcompact,
 )
+from contextkit.policy.reuse import call_text, clearing_order, referred_names
 from contextkit.policy.testing import StagedSink
 from contextkit.policy.trim import STUB_PREFIX, DedupReport, dedup_repeated_reads
 from contextkit.sizing import Measure, format_size
 
 __all__ = ["PressureConfig", "PressureReport", "pressure", "relieve_pressure"]
+
+ARGUMENT_EXCERPT_CHARS = 160  # what an excerpt of a call's bulky arguments keeps (its head, mostly)
 
 
 @dataclass(frozen=True)
@@ -176,19 +181,23 @@ def relieve_pressure(
     sink = StagedSink(archive)
     dd, mc = DedupReport(), MicrocompactReport()
     if before < cfg.trigger:  # the excerpt tier: previews of archived outputs only, all of them
-        out, cleared = _clear(list(history), sink, protect, is_budget_preview)
+        previews = [i for i, msg in enumerate(history) if is_budget_preview(msg)]
+        out, cleared = _clear(list(history), sink, protect, previews)
         if not cleared:  # whole results only: they wait for the trigger
             return list(history), PressureReport(before=before, after=before, bytes_before=m0.bytes,
                                                  bytes_after=m0.bytes)  # fmt: skip
         m = measure(out)
     else:
         out, dd = dedup_repeated_reads(history, archive=sink, protect=protect)
-        out, mc = microcompact(out, archive=sink, config=micro, protect=protect)
         m = measure(out)
         cleared = 0
-        if pressure(m, window=window, cap=cap) > cfg.target:
-            done = lambda h: pressure(measure(h), window=window, cap=cap) <= cfg.target  # noqa: E731
-            out, cleared = _clear(out, sink, protect, lambda _: True, done=done)
+        # down to the target, and at least clear_at_least below where the pass started: a pass that
+        # stops short of that would be followed by another cache break a few requests later
+        goal = min(cfg.target, before - cfg.clear_at_least)
+        if pressure(m, window=window, cap=cap) > goal:
+            order = clearing_order(out, protect=protect, cleared=_stubs(out))
+            share = lambda h: pressure(measure(h), window=window, cap=cap)  # noqa: E731
+            out, cleared = _clear(out, sink, protect, order, share=share, goal=goal)
             m = measure(out)
     after = pressure(m, window=window, cap=cap)
     report = PressureReport(
@@ -205,28 +214,58 @@ def relieve_pressure(
     return out, report
 
 
+def _stubs(history: Sequence[Message]) -> list[int]:
+    """Indices that are no tool result a pass may clear, or are stubs already."""
+    return [
+        i for i, m in enumerate(history)
+        if m.role != "assistant" and (not is_candidate(m) or m.content.startswith((STUB_PREFIX, ONE_LINER_PREFIX)))
+    ]  # fmt: skip
+
+
 def _clear(
     out: list[Message],
     sink: StagedSink,
     protect: frozenset[int],
-    eligible: Callable[[Message], bool],
+    order: Sequence[int],
     *,
-    done: Callable[[Sequence[Message]], bool] | None = None,
+    share: Callable[[Sequence[Message]], float] | None = None,
+    goal: float = 0.0,
 ) -> tuple[list[Message], int]:
-    """Oldest first, eligible tool results not in ``protect`` become one-liners (archived through
-    ``sink``); with ``done``, until it holds for the history so far."""
+    """In ``order``, tool results not in ``protect`` become one-liners that name their call and a
+    few names they hold, and assistant messages' bulky answered arguments become excerpts (each
+    original archived through ``sink``); with ``share``, until the request is at ``goal``.
+
+    The request is measured only when the characters freed so far suggest the goal is reached (its
+    share scales with its size), so a pass measures a few times, not once per result."""
     tags = assistant_turns(out)
+    calls = {c.id: c for m in out for c in m.tool_calls}
+    answered = {m.tool_call_id for m in out if m.role == "tool" and m.tool_call_id}
+    referred = referred_names(out)
     cleared = 0
-    for i, msg in enumerate(out):
-        if i in protect or not is_candidate(msg) or msg.content.startswith(STUB_PREFIX) or not eligible(msg):
+    size = sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in out)
+    at, at_size = (share(out), size) if share is not None else (0.0, size)
+    for i in order:
+        msg = out[i]
+        if i in protect:
             continue
-        one = clear_to_one_liner(msg, archive=sink, turn=tags[i])
-        if one is None:
+        if msg.role == "assistant":
+            got = excerpt_call_arguments(msg, archive=sink, max_chars=ARGUMENT_EXCERPT_CHARS, answered=answered)
+        elif is_candidate(msg) and not msg.content.startswith(STUB_PREFIX):
+            call = call_text(calls.get(msg.tool_call_id or ""))
+            got = clear_to_one_liner(msg, archive=sink, turn=tags[i], call=call, referred=referred)
+        else:
             continue
-        out[i] = one[0]
+        if got is None:
+            continue
+        new = got[0]
+        size -= len(msg.content) - len(new.content)
+        size -= sum(len(c.arguments) for c in msg.tool_calls) - sum(len(c.arguments) for c in new.tool_calls)
+        out[i] = new
         cleared += 1
-        if done is not None and done(out):
-            break
+        if share is not None and at * size / max(1, at_size) <= goal:
+            at, at_size = share(out), size
+            if at <= goal:
+                break
     return out, cleared
 
 
