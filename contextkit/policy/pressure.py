@@ -203,7 +203,7 @@ def relieve_pressure(
     report = PressureReport(
         acted=True, reason="applied" if before >= cfg.trigger else "excerpts", before=before, after=after,
         bytes_before=m0.bytes, bytes_after=m.bytes, dedup=dd, microcompact=mc, cleared=cleared, kept=len(protect),
-        archived_keys=tuple(k for k in sink.staged if k in {c for msg in out for c in extract_keys(msg.content)}),
+        archived_keys=tuple(k for k in sink.staged if k in _cited(out)),
     )  # fmt: skip
     if not (dd.changed or mc.changed or cleared):
         return list(history), _skipped(report, "nothing to rewrite outside the kept results")
@@ -212,6 +212,11 @@ def relieve_pressure(
     if not sink.commit(out):
         return list(history), _skipped(report, "the archive refused an original")
     return out, report
+
+
+def _cited(history: Sequence[Message]) -> set[str]:
+    """Keys the messages of ``history`` cite, in their content and their calls' arguments."""
+    return {k for m in history for text in (m.content, *(c.arguments for c in m.tool_calls)) for k in extract_keys(text)}
 
 
 def _stubs(history: Sequence[Message]) -> list[int]:
