@@ -14,7 +14,6 @@ from contextkit.policy.microcompact import ONE_LINER_PREFIX
 from contextkit.policy.pressure import PressureConfig, pressure, relieve_pressure
 from contextkit.policy.reuse import call_text, names, rank, stub_names
 from contextkit.policy.testing import MemorySink
-from contextkit.policy.truncate import emergency_truncate
 from contextkit.replay import load_trajectory, replay
 from contextkit.sizing import Measure, RequestMeter
 
@@ -149,17 +148,6 @@ def test_a_pass_frees_at_least_clear_at_least_even_when_the_target_is_near():
         config=PressureConfig(trigger=0.6, target=0.58, keep=1, clear_at_least=0.1),
     )  # fmt: skip
     assert report.acted and report.before - report.after >= 0.1
-
-
-def test_truncation_keeps_what_fits_not_only_the_last_few():
-    h = bash_run([(f"cat f{n}.txt", filler(n, 1_000)) for n in range(20)])
-    few, _ = emergency_truncate(h, keep=4, archive=MemorySink())
-    budget = measure(h).bytes // 2
-    more, report = emergency_truncate(h, keep=4, archive=MemorySink(), fits=lambda c: measure(c).bytes <= budget)
-    assert len(few) < len(more) < len(h) and measure(more).bytes <= budget and report.dropped
-    assert more[-8:] == h[-8:] and any(m.content == "Fix the bug." for m in more)  # the task survives
-    nothing, _ = emergency_truncate(h, keep=4, archive=MemorySink(), fits=lambda c: False)
-    assert len(nothing) == len(few)  # never fewer than keep would leave
 
 
 def test_verbatim_share_falls_for_a_strategy_that_clears_the_wrong_results():

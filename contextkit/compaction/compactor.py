@@ -44,7 +44,6 @@ __all__ = ["CompactionInfo", "CompactionResult", "CompactionStats", "Compactor",
 
 TRIGGERS = ("auto", "manual", "recovery")
 UNDO_DEPTH = 10
-TRUNCATE_TO = 0.6  # of the budget: what the truncation stage keeps when the last few messages are less
 Flow = Generator[SummaryRequest, SummaryResponse | BaseException, CompactionResult]
 _Steps = Generator[SummaryRequest, SummaryResponse | BaseException, None]
 
@@ -235,13 +234,9 @@ class Compactor(SummaryStage):
         since = (len(run.history), run.bytes, run.tokens())
         text = "Last resort (truncation): drop old messages, else cut the biggest - all archived first"
         self._emit(run, info, "truncate", text, "running", "truncation")
-        # keep what fits in TRUNCATE_TO of the budget, not only the last few messages: a long agent
-        # run's older rounds hold what its next steps name, and the room left spares the next pass
-        goal = int(TRUNCATE_TO * info.budget)
         new, report = truncate.emergency_truncate(
-            run.history, keep=self.limits.emergency_keep_messages, archive=self.archive,
-            fits=lambda h: run.measure(h) <= goal,
-        )  # fmt: skip
+            run.history, keep=self.limits.emergency_keep_messages, archive=self.archive
+        )
         if report.changed:
             self._flush(dropped(run.history, new), info, "truncate")
         changed = run.take(new, report, "truncation")

@@ -10,10 +10,15 @@ in one large step, so that one cache break buys many append-only requests:
   (the caller passes the limits in force: learned, configured, or a size the endpoint rejected).
 * Below ``trigger`` (default 0.60) nothing changes (but see *excerpts* below): the history is
   append-only.
-* At or above it, in order, until the request is down to ``target`` (default 0.40): superseded
-  reads become stubs; tool results age as microcompact says (previews, then one-liners); then
-  the oldest remaining results become one-liners. The last ``keep`` tool results (default 1), and
-  any result the model has not answered yet, are never touched.
+* At or above it: superseded reads become stubs; then old content is cleared in the order of
+  ``policy/reuse.py`` - what the agent is least likely to use again first (superseded results and
+  the bulky arguments of calls that ran, then the results with the fewest names it has not referred
+  to yet per byte, oldest first) - each result becoming a one-liner that names its call and a few
+  names it held, until the request is at ``target`` (default 0.40) and at least ``clear_at_least``
+  below where the pass began, and no further: what the agent may still need stays verbatim. (Aging
+  by turns, ``microcompact``, clears by age alone; it runs in compaction's trim stage and with
+  ``trigger=0``, not here.) The last ``keep`` tool results (default 1), and any result the model
+  has not answered yet, are never touched.
 * A pass that would free less than ``clear_at_least`` (default 0.10 of the limit) is not applied:
   a cache break must be worth it. The history then stays as it is until the next request. Except
   when the request is at or above a hard limit (pressure >= 1): it cannot be sent as it is, the

@@ -15,7 +15,7 @@ oversize rule (``policy.oversize``) may shorten.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from contextkit.markers import ArchiveSink, marker, recall_suffix
@@ -62,50 +62,13 @@ class TruncateReport:
         return text
 
 
-def _oldest_fitting_cut(
-    systems: Sequence[Message],
-    rest: Sequence[Message],
-    start: int,
-    task: Message | None,
-    newest: int | None,
-    fits: Callable[[Sequence[Message]], bool],
-) -> int:
-    """The earliest cut point at or before ``start`` whose result ``fits`` (``start`` when none
-    does). Cut points are where ``start`` could have snapped to: a tool round's start in an agent
-    run (after the task), a user message in a chat. Keeping more only grows the result, so the
-    search is a bisection: a few probes, no archive writes (the notice cites a dummy key)."""
-    if task is not None:
-        points = [j for j in range(start) if j > (newest or 0) and rest[j].role == "assistant"]
-    else:
-        points = [j for j in range(start) if rest[j].role == "user"]
-
-    def result(j: int) -> list[Message]:
-        removed = [m for m in rest[:j] if m is not task and not m.preserve_verbatim]
-        verbatim = [tool_result_as_user(m) for m in rest[:j] if m.preserve_verbatim]
-        notice = Message.user(truncation_notice(len(removed), "0" * 16) + index_block(removed), is_summary=True)
-        return [*systems, notice, *verbatim, *([task] if task else []), *rest[j:]]
-
-    lo, hi = 0, len(points)  # the answer is points[lo] when lo < hi at the end, else start
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if fits(result(points[mid])):
-            hi = mid
-        else:
-            lo = mid + 1
-    return points[lo] if lo < len(points) else start
-
-
 def emergency_truncate(
     history: Sequence[Message],
     *,
     keep: int,
     archive: ArchiveSink,
     per_message_cap: int | None = None,
-    fits: Callable[[Sequence[Message]], bool] | None = None,
 ) -> tuple[list[Message], TruncateReport]:
-    """Drop old messages (see the module docstring). With ``fits`` (a test of a candidate result,
-    the notice included), the cut moves to the oldest cut point whose result fits, so that no more
-    is dropped than needed, but never keeps fewer messages than ``keep`` would."""
     systems = [m for m in history if m.role == "system"]
     rest = [m for m in history if m.role != "system"]
     newest = newest_request_index(rest)
@@ -125,8 +88,6 @@ def emergency_truncate(
             start += 1
         if newest is not None:
             start = min(start, newest)  # the task survives: never cut past the newest user message
-    if fits is not None:
-        start = _oldest_fitting_cut(systems, rest, start, task, newest, fits)
     dropped, kept = [m for m in rest[:start] if m is not task], rest[start:]
     removed = [m for m in dropped if not m.preserve_verbatim]
     verbatim = [m for m in dropped if m.preserve_verbatim]
