@@ -153,7 +153,10 @@ def test_breakpoints_on_the_anthropic_route_keep_the_prefix_across_a_rewrite(gw:
     broken = [i for i, e in enumerate(events) if e.append_only is False]
     assert len(broken) >= 2, "the pressure pass rewrote the history more than once"
     for i in broken[1:]:  # the rewrite did not cost the whole prompt: the prefix up to the old anchor was read
-        assert events[i].cached_prompt_tokens >= 1024 and len(marked[i]) == 3  # old anchor, new anchor, last
+        assert events[i].cached_prompt_tokens >= 1024
+        # old anchor, new anchor, last - or the anchor stayed: the pass cleared only results after it
+        # (it clears by what a result holds, not by age, so an older result may stay verbatim)
+        assert len(marked[i]) == 3 or (len(marked[i]) == 2 and marked[i][0] == marked[i - 1][0])
     assert sum(e.cached_prompt_tokens for e in events) / sum(e.prompt_tokens for e in events) > 0.5
     plain = agent(gw, "anthropic", limits=Limits(context_window=1_000_000), cache_breakpoints=False)
     gw.clear_log()

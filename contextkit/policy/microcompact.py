@@ -37,6 +37,7 @@ from contextkit.policy._common import (
     tail_at_line,
     with_suffix,
 )
+from contextkit.policy.reuse import stub_names
 
 ONE_LINER_PREFIX = "[Old tool result cleared - "
 _BANNER_RE = re.compile(r"\n\[\.\.\. \d+ chars omitted from old tool result \.\.\.\]\n")
@@ -87,10 +88,16 @@ def preview(content: str, head_chars: int, tail_chars: int) -> str | None:
     return f"{head}\n[... {omitted} chars omitted from old tool result ...]\n{tail}"
 
 
-def one_liner(original: str, message: Message) -> str:
-    """``[Old tool result cleared - L lines, C chars, TYPE]`` (+ ``; tool path:lines`` when known)."""
+def one_liner(original: str, message: Message, *, call: str = "", names: Sequence[str] = ()) -> str:
+    """``[Old tool result cleared - L lines, C chars, TYPE]`` (+ ``; tool path:lines`` when known,
+    ``: CALL`` the call that produced it, ``; names: a, b`` a few names it holds - what the agent
+    needs to tell which stub to recall)."""
     where = describe_origin(message)
     extra = f"; {where}" if where else ""
+    if call:
+        extra += f"{':' if where else ';'} {call}"
+    if names:
+        extra += "; names: " + ", ".join(names)
     return f"{ONE_LINER_PREFIX}{count_lines(original)} lines, {len(original)} chars, {detect_type(original)}{extra}]"
 
 
@@ -103,9 +110,13 @@ def is_candidate(message: Message) -> bool:
     return message.role == "user" and message.origin is not None and bool(message.origin.tool)
 
 
-def clear_to_one_liner(message: Message, *, archive: ArchiveSink, turn: int) -> tuple[Message, tuple[str, ...]] | None:
+def clear_to_one_liner(
+    message: Message, *, archive: ArchiveSink, turn: int, call: str = "", referred: Collection[str] | None = None
+) -> tuple[Message, tuple[str, ...]] | None:
     """``message`` as its one-line stub citing the archived original (and the keys newly archived);
-    None when it is one already, the archive refused, or the stub would not be shorter."""
+    None when it is one already, the archive refused, or the stub would not be shorter. ``call``
+    (the call in a few words) and ``referred`` (the names the agent already wrote: the stub then
+    cites a few it has not) make the stub say what it holds."""
     content = message.content
     if content.startswith(ONE_LINER_PREFIX):
         return None
@@ -116,7 +127,8 @@ def clear_to_one_liner(message: Message, *, archive: ArchiveSink, turn: int) -> 
     original = content
     if carried:  # describe the original, not the stub
         original = archive.get(carried[0]) or body
-    new = with_suffix(one_liner(original, message), got[0])
+    cited = stub_names(original, referred) if referred is not None else []
+    new = with_suffix(one_liner(original, message, call=call, names=cited), got[0])
     if len(new) >= len(content):
         return None
     return message.with_content(new), got[1]

@@ -10,10 +10,15 @@ in one large step, so that one cache break buys many append-only requests:
   (the caller passes the limits in force: learned, configured, or a size the endpoint rejected).
 * Below ``trigger`` (default 0.60) nothing changes (but see *excerpts* below): the history is
   append-only.
-* At or above it, in order, until the request is down to ``target`` (default 0.40): superseded
-  reads become stubs; tool results age as microcompact says (previews, then one-liners); then
-  the oldest remaining results become one-liners. The last ``keep`` tool results (default 1), and
-  any result the model has not answered yet, are never touched.
+* At or above it: superseded reads become stubs; then old content is cleared in the order of
+  ``policy/reuse.py`` - what the agent is least likely to use again first (superseded results and
+  the bulky arguments of calls that ran, then the results with the fewest names it has not referred
+  to yet per byte, oldest first) - each result becoming a one-liner that names its call and a few
+  names it held, until the request is at ``target`` (default 0.40) and at least ``clear_at_least``
+  below where the pass began, and no further: what the agent may still need stays verbatim. (Aging
+  by turns, ``microcompact``, clears by age alone; it runs in compaction's trim stage and with
+  ``trigger=0``, not here.) The last ``keep`` tool results (default 1), and any result the model
+  has not answered yet, are never touched.
 * A pass that would free less than ``clear_at_least`` (default 0.10 of the limit) is not applied:
   a cache break must be worth it. The history then stays as it is until the next request. Except
   when the request is at or above a hard limit (pressure >= 1): it cannot be sent as it is, the
@@ -52,19 +57,24 @@ from typing import Any
 
 from contextkit.markers import ArchiveSink, extract_keys
 from contextkit.messages import Message, assistant_turns
+from contextkit.policy.arguments import excerpt_call_arguments
 from contextkit.policy.budgets import is_budget_preview
 from contextkit.policy.microcompact import (
+    ONE_LINER_PREFIX,
     MicrocompactConfig,
     MicrocompactReport,
     clear_to_one_liner,
     is_candidate,
     microcompact,
 )
+from contextkit.policy.reuse import call_text, clearing_order, referred_names
 from contextkit.policy.testing import StagedSink
 from contextkit.policy.trim import STUB_PREFIX, DedupReport, dedup_repeated_reads
 from contextkit.sizing import Measure, format_size
 
 __all__ = ["PressureConfig", "PressureReport", "pressure", "relieve_pressure"]
+
+ARGUMENT_EXCERPT_CHARS = 160  # what an excerpt of a call's bulky arguments keeps (its head, mostly)
 
 
 @dataclass(frozen=True)
@@ -176,25 +186,29 @@ def relieve_pressure(
     sink = StagedSink(archive)
     dd, mc = DedupReport(), MicrocompactReport()
     if before < cfg.trigger:  # the excerpt tier: previews of archived outputs only, all of them
-        out, cleared = _clear(list(history), sink, protect, is_budget_preview)
+        previews = [i for i, msg in enumerate(history) if is_budget_preview(msg)]
+        out, cleared = _clear(list(history), sink, protect, previews)
         if not cleared:  # whole results only: they wait for the trigger
             return list(history), PressureReport(before=before, after=before, bytes_before=m0.bytes,
                                                  bytes_after=m0.bytes)  # fmt: skip
         m = measure(out)
     else:
         out, dd = dedup_repeated_reads(history, archive=sink, protect=protect)
-        out, mc = microcompact(out, archive=sink, config=micro, protect=protect)
         m = measure(out)
         cleared = 0
-        if pressure(m, window=window, cap=cap) > cfg.target:
-            done = lambda h: pressure(measure(h), window=window, cap=cap) <= cfg.target  # noqa: E731
-            out, cleared = _clear(out, sink, protect, lambda _: True, done=done)
+        # down to the target, and at least clear_at_least below where the pass started: a pass that
+        # stops short of that would be followed by another cache break a few requests later
+        goal = min(cfg.target, before - cfg.clear_at_least)
+        if pressure(m, window=window, cap=cap) > goal:
+            order = clearing_order(out, protect=protect, cleared=_stubs(out))
+            share = lambda h: pressure(measure(h), window=window, cap=cap)  # noqa: E731
+            out, cleared = _clear(out, sink, protect, order, share=share, goal=goal)
             m = measure(out)
     after = pressure(m, window=window, cap=cap)
     report = PressureReport(
         acted=True, reason="applied" if before >= cfg.trigger else "excerpts", before=before, after=after,
         bytes_before=m0.bytes, bytes_after=m.bytes, dedup=dd, microcompact=mc, cleared=cleared, kept=len(protect),
-        archived_keys=tuple(k for k in sink.staged if k in {c for msg in out for c in extract_keys(msg.content)}),
+        archived_keys=tuple(k for k in sink.staged if k in _cited(out)),
     )  # fmt: skip
     if not (dd.changed or mc.changed or cleared):
         return list(history), _skipped(report, "nothing to rewrite outside the kept results")
@@ -205,28 +219,63 @@ def relieve_pressure(
     return out, report
 
 
+def _cited(history: Sequence[Message]) -> set[str]:
+    """Keys the messages of ``history`` cite, in their content and their calls' arguments."""
+    return {k for m in history for text in (m.content, *(c.arguments for c in m.tool_calls)) for k in extract_keys(text)}
+
+
+def _stubs(history: Sequence[Message]) -> list[int]:
+    """Indices that are no tool result a pass may clear, or are stubs already."""
+    return [
+        i for i, m in enumerate(history)
+        if m.role != "assistant" and (not is_candidate(m) or m.content.startswith((STUB_PREFIX, ONE_LINER_PREFIX)))
+    ]  # fmt: skip
+
+
 def _clear(
     out: list[Message],
     sink: StagedSink,
     protect: frozenset[int],
-    eligible: Callable[[Message], bool],
+    order: Sequence[int],
     *,
-    done: Callable[[Sequence[Message]], bool] | None = None,
+    share: Callable[[Sequence[Message]], float] | None = None,
+    goal: float = 0.0,
 ) -> tuple[list[Message], int]:
-    """Oldest first, eligible tool results not in ``protect`` become one-liners (archived through
-    ``sink``); with ``done``, until it holds for the history so far."""
+    """In ``order``, tool results not in ``protect`` become one-liners that name their call and a
+    few names they hold, and assistant messages' bulky answered arguments become excerpts (each
+    original archived through ``sink``); with ``share``, until the request is at ``goal``.
+
+    The request is measured only when the characters freed so far suggest the goal is reached (its
+    share scales with its size), so a pass measures a few times, not once per result."""
     tags = assistant_turns(out)
+    calls = {c.id: c for m in out for c in m.tool_calls}
+    answered = {m.tool_call_id for m in out if m.role == "tool" and m.tool_call_id}
+    referred = referred_names(out)
     cleared = 0
-    for i, msg in enumerate(out):
-        if i in protect or not is_candidate(msg) or msg.content.startswith(STUB_PREFIX) or not eligible(msg):
+    size = sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in out)
+    at, at_size = (share(out), size) if share is not None else (0.0, size)
+    for i in order:
+        msg = out[i]
+        if i in protect:
             continue
-        one = clear_to_one_liner(msg, archive=sink, turn=tags[i])
-        if one is None:
+        if msg.role == "assistant":
+            got = excerpt_call_arguments(msg, archive=sink, max_chars=ARGUMENT_EXCERPT_CHARS, answered=answered)
+        elif is_candidate(msg) and not msg.content.startswith(STUB_PREFIX):
+            call = call_text(calls.get(msg.tool_call_id or ""))
+            got = clear_to_one_liner(msg, archive=sink, turn=tags[i], call=call, referred=referred)
+        else:
             continue
-        out[i] = one[0]
+        if got is None:
+            continue
+        new = got[0]
+        size -= len(msg.content) - len(new.content)
+        size -= sum(len(c.arguments) for c in msg.tool_calls) - sum(len(c.arguments) for c in new.tool_calls)
+        out[i] = new
         cleared += 1
-        if done is not None and done(out):
-            break
+        if share is not None and at * size / max(1, at_size) <= goal:
+            at, at_size = share(out), size
+            if at <= goal:
+                break
     return out, cleared
 
 

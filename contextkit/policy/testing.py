@@ -73,8 +73,11 @@ class StagedSink(MemorySink):
         return staged if staged is not None else self.archive.get(key)
 
     def commit(self, cited: Sequence[Message]) -> bool:
-        """Archive every staged original a message of ``cited`` points at; False if the archive refused one."""
+        """Archive every staged original a message of ``cited`` points at (in its content or its calls'
+        arguments: an excerpt of bulky arguments cites its original there); False if the archive
+        refused one."""
         keys = {k for m in cited for k in extract_keys(m.content)}
+        keys |= {k for m in cited for c in m.tool_calls for k in extract_keys(c.arguments)}
         for key, content in self.staged.items():
             kind, origin, allow = self._meta[key]
             if key in keys and self.archive.put(content, kind=kind, origin=origin, allow_markers=allow) != key:
