@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pexpect
 import pytest
+from helpers.histories import DECISIONS
 
 from contextkit.cli.loops import run_ask_cli
 from contextkit.sim import GatewaySimulator
@@ -138,14 +139,7 @@ def test_chat_recall_prints_the_archived_original_and_explains_bad_keys() -> Non
     with GatewaySimulator() as gw:
         session = Session(gw.model, api_base=gw.api_base, api_key="k", archive=Archive.in_memory(session_id="r"), status=None)
         try:
-            session.add_messages([
-                {"role": "user", "content": "The inventory service moves to port 8443. " + "context " * 150},
-                {"role": "assistant", "content": "Noted: port 8443. " + "ok " * 150},
-                {"role": "user", "content": "The deploy waits for the load test. " + "detail " * 150},
-                {"role": "assistant", "content": "Noted. " + "fine " * 150},
-                {"role": "user", "content": "Anything else?"},
-                {"role": "assistant", "content": "No."},
-            ])  # fmt: skip
+            session.add_messages(DECISIONS)
             out = io.StringIO()
             assert chat_command(session, "/compact", out) and "compacted:" in out.getvalue()
             key = next(iter(session.archive.entries())).key

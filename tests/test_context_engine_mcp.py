@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.histories import DECISIONS
 
 from contextkit import Limits
 from contextkit.archive import Archive
@@ -48,14 +49,7 @@ def context_compact(segment: str, budget_chars: int, instruction: str = "") -> s
 server.run("stdio")
 '''
 
-HISTORY = [
-    {"role": "user", "content": "We are moving the inventory service to port 8443 this week. " + "context " * 150},
-    {"role": "assistant", "content": "Understood: port 8443, and the retry logic in src/retry.py stays. " + "ok " * 150},
-    {"role": "user", "content": "The deploy waits for the load test. " + "detail " * 150},
-    {"role": "assistant", "content": "Noted, the deploy waits for the load test. " + "fine " * 150},
-    {"role": "user", "content": "Anything else before we start?"},
-    {"role": "assistant", "content": "No, that is all."},
-]
+HISTORY = DECISIONS
 
 
 @pytest.fixture

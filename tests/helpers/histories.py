@@ -36,3 +36,15 @@ def pasted_history(n: int = 8, size: int = 100_000, seed: int = 0) -> list[dict[
         messages.append({"role": "user", "content": f"log part {i}:\n" + ws.tail_log(size // 60).content})
         messages.append({"role": "assistant", "content": f"Noted part {i}."})
     return messages
+
+
+# Six messages of decisions (a port, a file that stays, an order of work), padded so that a compaction
+# has something to summarize, ending on a short exchange that is too young to touch.
+DECISIONS: list[dict[str, Any]] = [
+    {"role": "user", "content": "We are moving the inventory service to port 8443 this week. " + "context " * 150},
+    {"role": "assistant", "content": "Understood: port 8443, and the retry logic in src/retry.py stays. " + "ok " * 150},
+    {"role": "user", "content": "The deploy waits for the load test. " + "detail " * 150},
+    {"role": "assistant", "content": "Noted, the deploy waits for the load test. " + "fine " * 150},
+    {"role": "user", "content": "Anything else before we start?"},
+    {"role": "assistant", "content": "No, that is all."},
+]
