@@ -113,6 +113,8 @@ def test_a_stub_names_the_call_and_a_few_names_it_held():
     assert "src/pkg/core.py" in stub and "src/pkg/util.py" in stub  # paths first
     assert len(stub.split("\n")[0]) < 260  # still one short line
     assert stub_names(output, referred={"src/pkg/core.py"}) == ["src/pkg/util.py", "parse_header", "HeaderError"]
+    # a name the stub already shows (in its call) is not listed again
+    assert stub_names(output, referred=set(), said="cat src/pkg/core.py")[0] == "src/pkg/util.py"
 
 
 def test_call_text_is_one_short_line_without_markers_or_brackets():

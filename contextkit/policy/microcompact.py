@@ -127,7 +127,8 @@ def clear_to_one_liner(
     original = content
     if carried:  # describe the original, not the stub
         original = archive.get(carried[0]) or body
-    cited = stub_names(original, referred) if referred is not None else []
+    said = f"{describe_origin(message)} {call}"
+    cited = stub_names(original, referred, said=said) if referred is not None else []
     new = with_suffix(one_liner(original, message, call=call, names=cited), got[0])
     if len(new) >= len(content):
         return None

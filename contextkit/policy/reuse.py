@@ -95,10 +95,13 @@ def call_text(call: ToolCall | None) -> str:
     return text if len(text) <= _CALL_CHARS else text[: _CALL_CHARS - 3] + "..."
 
 
-def stub_names(text: str, referred: Collection[str], *, limit: int = 4, chars: int = 100) -> list[str]:
-    """The few names a stub of ``text`` cites: the ones the agent has not referred to yet, paths
-    first, in order of appearance; at most ``limit`` and ``chars`` characters together."""
-    fresh = [n for n in names(text) if n not in referred and "<<" not in n]
+def stub_names(
+    text: str, referred: Collection[str], *, said: str = "", limit: int = 4, chars: int = 100
+) -> list[str]:
+    """The few names a stub of ``text`` cites: the ones the agent has not referred to yet and the
+    stub does not already show (``said``: its call and origin), paths first, in order of appearance;
+    at most ``limit`` and ``chars`` characters together."""
+    fresh = [n for n in names(text) if n not in referred and "<<" not in n and n not in said]
     fresh.sort(key=lambda n: "/" not in n)  # stable: paths first, each group in order of appearance
     out: list[str] = []
     used = 0
