@@ -130,3 +130,13 @@ def test_marked_assistant_quote_is_archived_not_carried():
     _out, r = microcompact(fixture(quoted, 3), archive=sink)
     assert r.truncated == 1 and len(r.archived_keys) == 1
     assert sink.get(r.archived_keys[0]) == quoted
+
+
+def test_a_one_liner_says_its_call_once():
+    """The origin (``read_file PATH:LINES``) already names the file the call read: the stub does not
+    repeat it; a call the origin does not show is kept."""
+    from contextkit.policy.microcompact import one_liner
+
+    m = Message.tool("c", "x\n" * 40, origin=Origin(tool="read_file", path="src/a.py", line_start=1, line_end=40))
+    assert one_liner(m.content, m, call="src/a.py").count("src/a.py") == 1
+    assert "grep -n foo src/" in one_liner(m.content, m, call="grep -n foo src/")

@@ -94,7 +94,7 @@ def one_liner(original: str, message: Message, *, call: str = "", names: Sequenc
     needs to tell which stub to recall)."""
     where = describe_origin(message)
     extra = f"; {where}" if where else ""
-    if call:
+    if call and call not in where:  # the origin may already say it (read_file PATH:LINES)
         extra += f"{':' if where else ';'} {call}"
     if names:
         extra += "; names: " + ", ".join(names)
