@@ -1,363 +1,30 @@
-"""Honest request size: bytes of the JSON body actually sent, and tokens via litellm's counter.
-
-* ``request_bytes`` is the length of the body litellm posts for the model's route. On the OpenAI
-  route (and every OpenAI-compatible one) that is the chat-completions body (messages, tool-call
-  arguments, tool schemas, image parts, model and parameters), serialised the way the OpenAI SDK /
-  httpx send it (``ensure_ascii=False``, compact separators). On the Anthropic route litellm
-  builds a different body itself (content blocks, the system prompt apart, tool calls as parsed
-  ``input`` objects, ASCII-escaped JSON: a CJK character is 6 bytes there, 3 on the OpenAI route),
-  so that body is measured as litellm's own transformation builds it (``backend.provider_body``).
-* ``RequestMeter`` caches per-message byte and token sizes, so re-measuring a grown history costs
-  only the new messages (a 10 MB, 2,000-message history is checked before each request in
-  milliseconds, not recounted). On the Anthropic route it caches a small stand-in of each message
-  instead (``_Skeleton``) and lets litellm transform the stand-ins: the bytes are litellm's, the
-  cost does not grow with the size of the texts.
-* ``parse_size`` / ``format_size`` read and print human sizes.
-"""
+"""``RequestMeter``: request bytes and tokens of a history, measured again and again for the cost of
+what is new in it (see the class docstring)."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
-import logging
-import math
 import os
 import re
 import threading
-import types
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
-from contextkit.errors import ConfigError, ContextkitRuntimeError
-from contextkit.messages import Message, to_wire
-
-_log = logging.getLogger("contextkit")
-
-KB = 1024
-MB = 1024 * 1024
-GB = 1024 * 1024 * 1024
-
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gb|mb|kb|g|m|k|b)?\s*$", re.IGNORECASE)
-_UNITS = {"gb": GB, "g": GB, "mb": MB, "m": MB, "kb": KB, "k": KB, "b": 1, None: MB}
-SIZE_FORMS = '"5MB", "512KB", "2.5MB", "1GB", "1024B" or a bare number of megabytes such as "5"'
-
-
-def parse_size(value: str | int | float, *, what: str = "size") -> int:
-    """``"5MB"`` → 5242880, ``"512KB"`` → 524288, ``"2.5MB"``, ``"5"`` (= 5 MB). Ints are bytes.
-
-    Raises ``ConfigError`` naming the accepted forms for anything else, including zero and
-    negative values.
-    """
-    if isinstance(value, bool):
-        raise ConfigError(f"{what}: expected a size such as {SIZE_FORMS}, got {value!r}")
-    if isinstance(value, int):
-        if value <= 0:
-            raise ConfigError(f"{what}: must be a positive number of bytes, got {value}")
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value) or int(value) <= 0:
-            raise ConfigError(f"{what}: must be a positive, finite number of bytes, got {value}")
-        return int(value)
-    if not isinstance(value, str):
-        raise ConfigError(f"{what}: expected a size such as {SIZE_FORMS}, got {type(value).__name__}")
-    match = _SIZE_RE.match(value)
-    if not match:
-        raise ConfigError(f"{what}: cannot read {value!r} as a size; use {SIZE_FORMS}")
-    number = float(match.group(1))
-    if not math.isfinite(number):
-        raise ConfigError(f"{what}: {value!r} is too large; use {SIZE_FORMS}")
-    unit = match.group(2).lower() if match.group(2) else None
-    size = int(number * _UNITS[unit])
-    if size <= 0:
-        raise ConfigError(f"{what}: must be greater than zero, got {value!r}; use {SIZE_FORMS}")
-    return size
-
-
-def format_size(n: int | float) -> str:
-    """512 → "512 B", 2048 → "2.0 KB", 5242880 → "5.0 MB"."""
-    n = int(n)
-    if n >= GB:
-        return f"{n / GB:.1f} GB"
-    if n >= MB:
-        return f"{n / MB:.1f} MB"
-    if n >= KB:
-        return f"{n / KB:.1f} KB"
-    return f"{n} B"
-
-
-def dumps(obj: Any) -> str:
-    """JSON as the OpenAI SDK sends it."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-
-
-def body_bytes(body: Mapping[str, Any]) -> int:
-    return len(dumps(body).encode("utf-8", "surrogatepass"))
-
-
-def sent_message(message: Message | Mapping[str, Any]) -> dict[str, Any]:
-    """The message dict as litellm puts it on the wire: top-level ``None`` values are dropped
-    (an assistant tool-call message with ``content: None`` is sent without ``content``)."""
-    wire = to_wire(message) if isinstance(message, Message) else message
-    return {k: v for k, v in wire.items() if v is not None}
-
-
-def message_bytes(message: Message | Mapping[str, Any]) -> int:
-    return len(dumps(sent_message(message)).encode("utf-8", "surrogatepass"))
-
-
-def request_bytes(
-    messages: Sequence[Message | Mapping[str, Any]],
-    *,
-    tools: Sequence[Mapping[str, Any]] | None = None,
-    model: str = "",
-    **params: Any,
-) -> int:
-    """Byte length of the body litellm sends for these messages and tools on ``model``'s route
-    (see the module docstring); exact, and O(size of the texts): ``RequestMeter`` is the cheap way
-    to measure a history again and again."""
-    if wire_route(model) == ANTHROPIC_ROUTE:
-        built = _provider_bytes(model, [_wire_of(m) for m in messages], tools, params)
-        if built is not None:
-            return built
-    return openai_request_bytes(messages, tools=tools, model=model, **params)
-
-
-def openai_request_bytes(
-    messages: Sequence[Message | Mapping[str, Any]],
-    *,
-    tools: Sequence[Mapping[str, Any]] | None = None,
-    model: str = "",
-    **params: Any,
-) -> int:
-    """UTF-8 byte length of the chat-completions JSON body for these messages and tools."""
-    body: dict[str, Any] = {
-        "messages": [sent_message(m) for m in messages],
-        "model": _wire_model(model),
-    }
-    if tools:
-        body["tools"] = list(tools)
-    body.update(sent_params(params, has_tools=bool(tools)))
-    return body_bytes(body)
-
-
-# Keyword arguments litellm consumes itself (measured on litellm 1.110.2, openai/ route): they
-# never reach the body. ``user`` is dropped by litellm's OpenAI-compatible route as well.
-_NOT_SENT = frozenset(
-    {
-        "metadata", "drop_params", "timeout", "max_retries", "num_retries", "api_key", "api_base",
-        "base_url", "api_version", "custom_llm_provider", "mock_response", "caching", "user",
-        "extra_headers", "litellm_logging_obj",
-    }
-)  # fmt: skip
-
-
-def body_params(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """The keyword arguments of a litellm call that shape the request body (temperature, seed,
-    response_format, tool_choice, extra_body ...): everything but litellm's own options and
-    credentials. Give them to ``RequestMeter.measure`` so measured bytes equal the bytes sent."""
-    return {k: v for k, v in kwargs.items() if k not in _NOT_SENT}
-
-
-def sent_params(params: Mapping[str, Any], *, has_tools: bool) -> dict[str, Any]:
-    """The completion parameters as they appear in the body: ``None`` values, ``stream=False``,
-    litellm-only keys and ``tool_choice`` without tools are not sent; ``extra_body`` is merged."""
-    out: dict[str, Any] = {}
-    for key, value in params.items():
-        if value is None or key in _NOT_SENT or key == "extra_body":
-            continue
-        if (key == "stream" and value is False) or (key == "tool_choice" and not has_tools):
-            continue
-        out[key] = value
-    extra = params.get("extra_body")
-    if isinstance(extra, Mapping):
-        out.update(extra)
-    return out
-
-
-def _wire_model(model: str) -> str:
-    """litellm strips the provider prefix before sending."""
-    return model.split("/", 1)[1] if "/" in model else model
-
-
-# routes ---------------------------------------------------------------------------------------
-
-OPENAI_ROUTE = "openai"
-ANTHROPIC_ROUTE = "anthropic"
-
-
-@lru_cache(maxsize=256)
-def wire_route(model: str) -> str:
-    """Which body litellm posts for ``model``: ``"anthropic"`` (litellm's own Anthropic messages
-    body) or ``"openai"`` (the chat-completions body, for OpenAI and every other route; only those
-    two are checked against what a server received). A model without a provider prefix is routed
-    by litellm itself."""
-    if not model:
-        return OPENAI_ROUTE
-    prefix = model.split("/", 1)[0] if "/" in model else ""
-    if prefix in (OPENAI_ROUTE, ANTHROPIC_ROUTE):
-        return prefix
-    from contextkit import backend
-
-    return ANTHROPIC_ROUTE if backend.provider_of(model) == ANTHROPIC_ROUTE else OPENAI_ROUTE
-
-
-def _wire_of(message: Message | Mapping[str, Any]) -> dict[str, Any]:
-    return to_wire(message) if isinstance(message, Message) else dict(message)
-
-
-def _provider_bytes(
-    model: str, wire: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]] | None, params: Mapping[str, Any]
-) -> int | None:
-    """Length of the body litellm builds for ``wire``; None when litellm refuses to build one
-    (a request without a non-system message: it never reaches the wire)."""
-    from contextkit import backend
-
-    sent = {k: v for k, v in params.items() if k not in _NOT_SENT and v is not None}
-    try:
-        return len(backend.provider_body(model, wire, tools=[dict(t) for t in tools] if tools else None, params=sent))
-    except Exception as exc:  # noqa: BLE001 - litellm raises its own and plain errors for bodies it will not build
-        _log.debug("litellm builds no %s body for this request (%s); measured as the chat-completions body", model, exc)
-        return None
-
-
-# tokens -------------------------------------------------------------------------------------
-
-_REPLY_PRIMING = 3  # tokens litellm/OpenAI add once per request for the assistant reply
-
-
-@lru_cache(maxsize=64)
-def _encoding_name(model: str) -> str:
-    name = model.split("/")[-1].lower()
-    if any(name.startswith(p) for p in ("gpt-4o", "gpt-4.1", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")):
-        return "o200k_base"
-    return "cl100k_base"
-
-
-@lru_cache(maxsize=4)
-def _encoding(name: str) -> Any:
-    """tiktoken's encoding ``name``, built from the copy bundled in the litellm wheel.
-
-    ``tiktoken.get_encoding`` would download the file unless ``TIKTOKEN_CACHE_DIR`` points at a
-    copy, and setting that variable would change the host's environment. Instead tiktoken's own
-    constructor for the encoding (its split pattern and special tokens) runs with a loader that
-    reads the bundled file: no download, no environment variable read or written, nothing
-    written to tiktoken's cache, and litellm is not imported.
-    """
-    import tiktoken
-    from tiktoken_ext import openai_public
-
-    constructor = getattr(openai_public, name)
-    scope = {**constructor.__globals__, "load_tiktoken_bpe": _bundled_bpe}
-    spec = types.FunctionType(constructor.__code__, scope, constructor.__name__)()
-    return tiktoken.Encoding(**spec)
-
-
-def _bundled_bpe(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
-    """The ranks tiktoken would download from ``url``, read from litellm's bundled copy instead
-    (stored under tiktoken's cache name for the URL) and checked against tiktoken's hash."""
-    from contextkit import backend
-
-    folder = backend.litellm_tokenizers_dir()
-    path = folder / hashlib.sha1(url.encode()).hexdigest() if folder is not None else None
-    if path is None or not path.is_file():
-        raise ContextkitRuntimeError(
-            f"token counting needs the tiktoken encoding at {url}, which the installed litellm does not "
-            f"bundle ({path or 'litellm not found'}); contextkit never downloads it. Reinstall litellm "
-            "(pip install --force-reinstall litellm) to get its bundled tokenizers back"
-        )
-    data = path.read_bytes()
-    if expected_hash is not None and hashlib.sha256(data).hexdigest() != expected_hash:
-        raise ContextkitRuntimeError(
-            f"litellm's bundled tokenizer file {path} does not match tiktoken's hash for {url}; "
-            "reinstall litellm (pip install --force-reinstall litellm)"
-        )
-    ranks: dict[bytes, int] = {}
-    for line in data.splitlines():
-        if line:
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-    return ranks
-
-
-def _chunk_chars() -> int:
-    # litellm encodes long text in chunks (linear cost, <= 1 token drift per boundary); we count the
-    # same way so our numbers equal its counter's.
-    try:
-        return min(4096, max(1, int(os.environ.get("TIKTOKEN_ENCODE_CHUNK_SIZE_CHARS", "1024"))))
-    except ValueError:
-        return 1024
-
-
-def text_tokens(text: str, model: str = "") -> int:
-    """tiktoken count of plain text with the encoding and chunking litellm uses for ``model`` (offline)."""
-    if not text:
-        return 0
-    encode = _encoding(_encoding_name(model)).encode
-    step = _chunk_chars()
-    return sum(len(encode(text[i : i + step], disallowed_special=())) for i in range(0, len(text), step))
-
-
-def truncate_to_tokens(text: str, max_tokens: int, model: str = "") -> str:
-    """The longest prefix of ``text`` whose ``text_tokens`` count is at most ``max_tokens``.
-
-    Walks the same chunks ``text_tokens`` counts, then binary-searches the chunk that overflows, so
-    ``text_tokens(result) <= max_tokens`` holds exactly.
-    """
-    if max_tokens <= 0 or not text:
-        return ""
-    encode = _encoding(_encoding_name(model)).encode
-    step = _chunk_chars()
-    used = 0
-    for start in range(0, len(text), step):
-        chunk = text[start : start + step]
-        cost = len(encode(chunk, disallowed_special=()))
-        if used + cost <= max_tokens:
-            used += cost
-            continue
-        lo, hi = 0, len(chunk)  # longest chunk prefix that still fits
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if used + len(encode(chunk[:mid], disallowed_special=())) <= max_tokens:
-                lo = mid
-            else:
-                hi = mid - 1
-        return text[: start + lo]
-    return text
-
-
-def message_tokens(message: Message | Mapping[str, Any], model: str = "") -> int:
-    """Tokens of one message as litellm's ``token_counter`` counts it (without the reply priming)."""
-    from contextkit import backend
-
-    wire = to_wire(message) if isinstance(message, Message) else dict(message)
-    content = wire.get("content")
-    if (
-        isinstance(content, str)
-        and not wire.get("tool_calls")
-        and set(wire) <= {"role", "content", "name", "tool_call_id"}
-    ):
-        # Same formula as litellm's counter for plain text messages, without its per-call overhead
-        # (3 per message + role + content, +1 + name); checked against litellm in tests.
-        tokens = 3 + text_tokens(str(wire["role"]), model) + text_tokens(content, model)
-        if wire.get("name"):
-            tokens += 1 + text_tokens(str(wire["name"]), model)
-        if wire.get("tool_call_id"):
-            return max(0, backend.token_counter(model, [wire]) - _REPLY_PRIMING)
-        return tokens
-    return max(0, backend.token_counter(model, [wire]) - _REPLY_PRIMING)
-
-
-def tools_tokens(tools: Sequence[Mapping[str, Any]] | None, model: str = "") -> int:
-    if not tools:
-        return 0
-    return text_tokens(dumps(list(tools)), model)
-
-
-# incremental meter ---------------------------------------------------------------------------
+from contextkit.messages import Message
+from contextkit.sizing.counting import _REPLY_PRIMING, message_tokens, tools_tokens
+from contextkit.sizing.wire import (
+    _NOT_SENT,
+    ANTHROPIC_ROUTE,
+    _provider_bytes,
+    _wire_of,
+    dumps,
+    message_bytes,
+    openai_request_bytes,
+    sent_message,
+    wire_route,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -531,13 +198,20 @@ class RequestMeter:
         messages = tuple(history)
         with self._lock:
             for seen, seen_key, result in self._recent:
-                if seen_key == key and len(seen) == len(messages) and all(a is b for a, b in zip(seen, messages, strict=True)):
+                if (
+                    seen_key == key
+                    and len(seen) == len(messages)
+                    and all(a is b for a, b in zip(seen, messages, strict=True))
+                ):
                     self.hits += len(messages)  # every message's sizes came from memory
                     return result
             framing = self._framing.get(key)
         if framing is None:
             # the skeleton has "messages":[]; each message and the commas between them are added below
-            framing = (openai_request_bytes([], tools=tools, model=self.model, **params), tools_tokens(tools, self.model))
+            framing = (
+                openai_request_bytes([], tools=tools, model=self.model, **params),
+                tools_tokens(tools, self.model),
+            )
             with self._lock:
                 if len(self._framing) > 64:
                     self._framing.clear()
@@ -561,7 +235,7 @@ class RequestMeter:
         result = Measure(bytes=total_bytes, tokens=total_tokens, messages=len(messages))
         with self._lock:
             self.measured += 1
-            self._recent = [(messages, key, result), *self._recent[:RECENT_REQUESTS - 1]]
+            self._recent = [(messages, key, result), *self._recent[: RECENT_REQUESTS - 1]]
         return result
 
     def breakpoint_bytes(
@@ -637,7 +311,12 @@ class RequestMeter:
         marked: tuple[tuple[int, ...], str] | None,
     ) -> int | None:
         """Bytes of the Anthropic body litellm builds for ``history`` (None: it builds none)."""
-        key = (tuple(history), dumps(list(tools)) if tools else "", json.dumps(params, sort_keys=True, default=repr), marked)
+        key = (
+            tuple(history),
+            dumps(list(tools)) if tools else "",
+            json.dumps(params, sort_keys=True, default=repr),
+            marked,
+        )
         with self._lock:
             if key in self._memo:
                 self._memo.move_to_end(key)
