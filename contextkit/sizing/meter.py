@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contextkit.messages import Message
+from contextkit.messages import Message, to_wire
 from contextkit.sizing.counting import _REPLY_PRIMING, message_tokens, tools_tokens
 from contextkit.sizing.wire import (
     _NOT_SENT,
@@ -94,6 +94,15 @@ class RequestMeter:
     def __init__(self, model: str = "", *, max_entries: int = 200_000) -> None:
         self.model = model
         self._cache: OrderedDict[Message, tuple[int, int]] = OrderedDict()
+        # the same sizes keyed by the message object's id (the message is kept in the entry, so the id
+        # cannot be reused while it is there): a dataclass hash walks every field of the message, an
+        # id does not, and the flow asks about the same objects many times per request
+        self._by_id: dict[int, tuple[Message, int, int]] = {}
+        # each message's wire dict (``to_wire``) and its compact JSON, the pieces ``wire_body`` joins
+        self._json: dict[int, tuple[Message, dict[str, Any], str]] = {}
+        # running totals of the last few histories summed: a history that starts with one of them
+        # (the same objects: appended to, or rewritten from some message on) adds only the rest
+        self._runs: list[_Run] = []
         self._skeletons: dict[Message, _Skeleton] = {}
         self._memo: OrderedDict[Any, int | None] = OrderedDict()
         self._next_mark = 0
@@ -106,9 +115,11 @@ class RequestMeter:
         # few histories measured: the turn flow measures the same request several times per step,
         # and a history seen again (the same message objects) costs a comparison, not a sum
         self._framing: dict[str, tuple[int, int]] = {}
-        self._recent: list[tuple[tuple[Message, ...], str, Measure]] = []
-        self.measured = 0  # requests measured message by message (the rest came from the recent ones)
+        self._recent: list[tuple[_Run, str, Measure]] = []
+        self.measured = 0  # requests summed (the rest came from the recent ones)
         self.calls = 0
+        self.summed = 0  # messages added to a running total (the rest came from a run's prefix)
+        self.serialised = 0  # messages serialised to wire JSON for a request body
         # calibration: the provider's prompt_tokens over our count, learned from the requests it
         # answered (``calibrate``); every token count this meter gives is scaled by it
         self.ratio = 1.0
@@ -148,10 +159,15 @@ class RequestMeter:
         return wire_route(self.model)
 
     def _sizes(self, message: Message) -> tuple[int, int]:
+        known = self._by_id.get(id(message))
+        if known is not None and known[0] is message:
+            self.hits += 1
+            return known[1], known[2]
         with self._lock:
             hit = self._cache.get(message)
             if hit is not None:
                 self.hits += 1
+                self._remember(message, hit)
                 return hit
         # escaped as the route sends text: ASCII escapes on the Anthropic route, UTF-8 elsewhere
         anthropic = self.route == ANTHROPIC_ROUTE
@@ -162,7 +178,41 @@ class RequestMeter:
             self._cache[message] = sizes
             if len(self._cache) > self._max:
                 self._cache.popitem(last=False)
+            self._remember(message, sizes)
         return sizes
+
+    def _remember(self, message: Message, sizes: tuple[int, int]) -> None:
+        if len(self._by_id) >= self._max:
+            del self._by_id[next(iter(self._by_id))]
+        self._by_id[id(message)] = (message, *sizes)
+
+    def _wire(self, message: Message) -> tuple[Message, dict[str, Any], str]:
+        known = self._json.get(id(message))
+        if known is not None and known[0] is message:
+            return known
+        wire = to_wire(message)
+        entry = (message, wire, dumps(wire))
+        with self._lock:
+            self.serialised += 1
+            if len(self._json) >= self._max:
+                del self._json[next(iter(self._json))]
+            self._json[id(message)] = entry
+        return entry
+
+    def wire_json(self, message: Message) -> str:
+        """``message``'s wire form (``to_wire``) as compact JSON, serialised once per message object."""
+        return self._wire(message)[2]
+
+    def wire_list(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
+        """``to_wire_list(messages)``: copies of the cached wire dicts (the receiver may change them:
+        litellm rewrites a message's ``tool_calls`` in place), converted once per message object."""
+        return [_copy_wire(self._wire(m)[1]) for m in messages]
+
+    def wire_body(self, messages: Sequence[Message], tools: Any) -> bytes:
+        """``dumps({"tools": tools, "messages": to_wire_list(messages)})`` as UTF-8, byte for byte,
+        joined from the cached pieces of ``wire_json``: only messages not seen before are serialised."""
+        pieces = ",".join([self.wire_json(m) for m in messages])
+        return f'{{"tools":{dumps(tools)},"messages":[{pieces}]}}'.encode("utf-8", "surrogatepass")
 
     def message_bytes(self, message: Message) -> int:
         """One message's bytes as this route escapes its texts (for budgets; the request total
@@ -172,14 +222,18 @@ class RequestMeter:
     def retain(self, messages: Iterable[Message]) -> None:
         """Forget every cached message not in ``messages``. The cache holds the messages themselves,
         so without this the originals that compaction replaced would stay in memory."""
-        keep = set(messages)
+        # by identity: a set of ids is built without hashing the messages (a walk over every field)
+        keep = set(map(id, messages))
         with self._lock:
-            for message in [m for m in self._cache if m not in keep]:
+            for message in [m for m in self._cache if id(m) not in keep]:
                 del self._cache[message]
-            for message in [m for m in self._skeletons if m not in keep]:
+            for message in [m for m in self._skeletons if id(m) not in keep]:
                 del self._skeletons[message]
+            self._by_id = {k: v for k, v in self._by_id.items() if k in keep}
+            self._json = {k: v for k, v in self._json.items() if k in keep}
             self._memo.clear()
-            self._recent = [r for r in self._recent if all(m in keep for m in r[0])]
+            self._recent = [r for r in self._recent if keep.issuperset(r[0].ids)]
+            self._runs = [r for r in self._runs if keep.issuperset(r.ids)]
 
     @property
     def entries(self) -> int:
@@ -196,13 +250,11 @@ class RequestMeter:
         key = json.dumps([list(tools or ()), sorted(params.items())], default=repr)
         self.calls += 1
         messages = tuple(history)
+        ids = list(map(id, messages))
         with self._lock:
             for seen, seen_key, result in self._recent:
-                if (
-                    seen_key == key
-                    and len(seen) == len(messages)
-                    and all(a is b for a, b in zip(seen, messages, strict=True))
-                ):
+                # the same objects (held by the run, so their ids are theirs): an int-list comparison in C
+                if seen_key == key and seen.ids == ids:
                     self.hits += len(messages)  # every message's sizes came from memory
                     return result
             framing = self._framing.get(key)
@@ -216,13 +268,9 @@ class RequestMeter:
                 if len(self._framing) > 64:
                     self._framing.clear()
                 self._framing[key] = framing
-        total_bytes = 0
-        total_tokens = 0
-        for message in messages:
-            b, t = self._sizes(message)
-            total_bytes += b
-            total_tokens += t
-        total_tokens += _REPLY_PRIMING + framing[1]
+        run = self._run_of(messages, ids)
+        total_bytes = run.bytes[-1]
+        total_tokens = run.tokens[-1] + _REPLY_PRIMING + framing[1]
         if self.route == ANTHROPIC_ROUTE:
             built = self._built_bytes(history, tools, params, None)
             if built is not None:
@@ -235,8 +283,35 @@ class RequestMeter:
         result = Measure(bytes=total_bytes, tokens=total_tokens, messages=len(messages))
         with self._lock:
             self.measured += 1
-            self._recent = [(messages, key, result), *self._recent[: RECENT_REQUESTS - 1]]
+            self._recent = [(run, key, result), *self._recent[: RECENT_REQUESTS - 1]]
         return result
+
+    def _run_of(self, messages: tuple[Message, ...], ids: list[int]) -> _Run:
+        """The running totals of ``messages``: the longest prefix shared with a run already summed
+        comes from it, only the messages after it are looked up."""
+        with self._lock:
+            runs = list(self._runs)
+        shared, base = 0, None
+        for run in runs:
+            n = _common_prefix(run.ids, ids)
+            if n > shared:
+                shared, base = n, run
+        cum_bytes = base.bytes[: shared + 1] if base is not None else [0]
+        cum_tokens = base.tokens[: shared + 1] if base is not None else [0]
+        b_total, t_total = cum_bytes[-1], cum_tokens[-1]
+        for message in messages[shared:]:
+            b, t = self._sizes(message)
+            b_total += b
+            t_total += t
+            cum_bytes.append(b_total)
+            cum_tokens.append(t_total)
+        run = _Run(messages, ids, cum_bytes, cum_tokens)
+        with self._lock:
+            self.summed += len(messages) - shared
+            self._runs = [run, *[r for r in self._runs if r is not base], *([base] if base is not None else [])][
+                :RECENT_REQUESTS
+            ]
+        return run
 
     def breakpoint_bytes(
         self,
@@ -375,6 +450,41 @@ class RequestMeter:
                 self.fallbacks += 1
             return None
         return size
+
+
+def _copy_wire(wire: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a wire message whose dicts and lists are new, cheap for the plain text message
+    (a shallow copy: its values are strings and None)."""
+    if isinstance(wire.get("content"), list) or "tool_calls" in wire:
+        return _fresh(wire)  # type: ignore[no-any-return]
+    return dict(wire)
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """A history summed: its messages (held, so their ids stay theirs), their ids, and the running
+    totals of their bytes and raw tokens (``bytes[i]``: the first ``i`` messages)."""
+
+    messages: tuple[Message, ...]
+    ids: list[int]
+    bytes: list[int]
+    tokens: list[int]
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two lists of ints, by slice comparisons (C loops):
+    the whole of the shorter one first (a history appended to), else a binary search."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def total_chars(history: Iterable[Message]) -> int:
