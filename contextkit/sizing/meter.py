@@ -4,6 +4,7 @@ what is new in it (see the class docstring)."""
 from __future__ import annotations
 
 import json
+import operator
 import os
 import re
 import threading
@@ -93,7 +94,8 @@ class RequestMeter:
 
     def __init__(self, model: str = "", *, max_entries: int = 200_000) -> None:
         self.model = model
-        self._cache: OrderedDict[Message, tuple[int, int]] = OrderedDict()
+        # first in, first out (a plain dict keeps insertion order; walking an OrderedDict hashes every key)
+        self._cache: dict[Message, tuple[int, int]] = {}
         # the same sizes keyed by the message object's id (the message is kept in the entry, so the id
         # cannot be reused while it is there): a dataclass hash walks every field of the message, an
         # id does not, and the flow asks about the same objects many times per request
@@ -103,6 +105,7 @@ class RequestMeter:
         # running totals of the last few histories summed: a history that starts with one of them
         # (the same objects: appended to, or rewritten from some message on) adds only the rest
         self._runs: list[_Run] = []
+        self._last_tools: tuple[list[Any], str, Any] | None = None  # the tools, their JSON, a copy
         self._skeletons: dict[Message, _Skeleton] = {}
         self._memo: OrderedDict[Any, int | None] = OrderedDict()
         self._next_mark = 0
@@ -177,7 +180,7 @@ class RequestMeter:
             self.misses += 1
             self._cache[message] = sizes
             if len(self._cache) > self._max:
-                self._cache.popitem(last=False)
+                del self._cache[next(iter(self._cache))]
             self._remember(message, sizes)
         return sizes
 
@@ -247,7 +250,7 @@ class RequestMeter:
         **params: Any,
     ) -> Measure:
         """Request bytes and tokens of ``history`` (+ tools), equal to ``request_bytes`` exactly."""
-        key = json.dumps([list(tools or ()), sorted(params.items())], default=repr)
+        key = self._key(tools, params)
         self.calls += 1
         messages = tuple(history)
         ids = list(map(id, messages))
@@ -285,6 +288,18 @@ class RequestMeter:
             self.measured += 1
             self._recent = [(run, key, result), *self._recent[: RECENT_REQUESTS - 1]]
         return result
+
+    def _key(self, tools: Sequence[Mapping[str, Any]] | None, params: Mapping[str, Any]) -> str:
+        """The tools and parameters as one string (what framing and remembered measures are kept by).
+        The flow asks with the same tools every time: compared (in C) with the last ones, their JSON
+        is reused rather than written again."""
+        listed = list(tools or ())
+        last = self._last_tools
+        # the same dicts (identity: 1 == True, yet their JSON differs), still equal to a copy of what they were
+        same = last is not None and len(last[0]) == len(listed) and all(map(operator.is_, last[0], listed))
+        if last is None or not same or last[2] != listed:
+            last = self._last_tools = (listed, json.dumps(listed, default=repr), _fresh(listed))
+        return last[1] + json.dumps(sorted(params.items()), default=repr)
 
     def _run_of(self, messages: tuple[Message, ...], ids: list[int]) -> _Run:
         """The running totals of ``messages``: the longest prefix shared with a run already summed
