@@ -470,8 +470,11 @@ class RequestMeter:
 def _copy_wire(wire: dict[str, Any]) -> dict[str, Any]:
     """A copy of a wire message whose dicts and lists are new, cheap for the plain text message
     (a shallow copy: its values are strings and None)."""
-    if isinstance(wire.get("content"), list) or "tool_calls" in wire:
+    if isinstance(wire.get("content"), list):
         return _fresh(wire)  # type: ignore[no-any-return]
+    calls = wire.get("tool_calls")
+    if isinstance(calls, list):  # the shape ``to_wire`` gives a call: {"id", "type", "function": {...}}
+        return {**wire, "tool_calls": [{**c, "function": dict(c["function"])} for c in calls]}
     return dict(wire)
 
 
