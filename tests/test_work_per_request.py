@@ -102,17 +102,3 @@ def test_the_body_joined_from_cached_pieces_is_the_body_serialised_whole() -> No
     copies[1]["tool_calls"][0]["function"]["name"] = "changed"  # a receiver's change stays in its copy
     assert meter.wire_list(history) == to_wire_list(history)
     assert meter.serialised == 3
-
-
-def test_the_keys_a_pass_cites_are_found_without_reading_the_unchanged_history() -> None:
-    """``relieve_pressure`` reports the staged keys its output cites: read from the rewritten messages,
-    and from an unchanged one only where a leftover key occurs in it; the same as reading every message."""
-    from contextkit.markers import extract_keys, marker
-    from contextkit.policy.pressure import _cited
-
-    a, b, c, d = "a" * 16, "b" * 16, "c" * 16, "d" * 16
-    history = [Message.user(f"old stub {marker(a)}"), Message.tool("t1", "whole result"), Message.user("plain")]
-    out = [history[0], Message.tool("t1", f"[cleared {marker(b)}]"), history[2], Message.user(f"new {marker(c)}")]
-    staged = {d: "never cited", c: "x", a: "y", b: "z"}
-    every = {k for m in out for k in extract_keys(m.content)}
-    assert _cited(staged, history, out) == tuple(k for k in staged if k in every) == (c, a, b)

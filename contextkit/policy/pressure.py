@@ -194,7 +194,7 @@ def relieve_pressure(
     report = PressureReport(
         acted=True, reason="applied" if before >= cfg.trigger else "excerpts", before=before, after=after,
         bytes_before=m0.bytes, bytes_after=m.bytes, dedup=dd, microcompact=mc, cleared=cleared, kept=len(protect),
-        archived_keys=_cited(sink.staged, history, out),
+        archived_keys=tuple(k for k in sink.staged if k in {c for msg in out for c in extract_keys(msg.content)}),
     )  # fmt: skip
     if not (dd.changed or mc.changed or cleared):
         return list(history), _skipped(report, "nothing to rewrite outside the kept results")
@@ -203,23 +203,6 @@ def relieve_pressure(
     if not sink.commit(out):
         return list(history), _skipped(report, "the archive refused an original")
     return out, report
-
-
-def _cited(
-    staged: Sequence[str] | dict[str, str], history: Sequence[Message], out: Sequence[Message]
-) -> tuple[str, ...]:
-    """The staged keys a message of ``out`` cites, in staging order. Only the rewritten messages are
-    read whole (the rest of a long history is searched for a leftover key as text, in C, and read only
-    where one occurs): a pass costs its rewrites, not the history."""
-    changed = [m for i, m in enumerate(out) if i >= len(history) or m is not history[i]]
-    cited = {c for m in changed for c in extract_keys(m.content)}
-    leftover = [k for k in staged if k not in cited]
-    if leftover:
-        same = [m for i, m in enumerate(out) if i < len(history) and m is history[i]]
-        text = "\n".join(m.content for m in same)
-        for key in (k for k in leftover if k in text):
-            cited.update(c for m in same if key in m.content for c in extract_keys(m.content))
-    return tuple(k for k in staged if k in cited)
 
 
 def _clear(
