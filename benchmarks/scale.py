@@ -15,15 +15,20 @@ Each figure is printed beside a baseline measured in the same run, with the date
 2. **Sessions per process** (``--sessions``, default 1 / 10 / 100 concurrent ``asend`` sessions,
    ``--turns`` chat turns each, against one simulator): turns/s, p95 turn latency, RSS. Baseline:
    the same conversations sent with plain ``litellm.acompletion`` (the history a list, no management).
-3. **A 500-turn session** (``--long-turns``): an agent session (each turn reads an ~8 KB file)
-   behind a 256 KB gateway; ms per turn around turns 10 / 100 / 500. Baseline: the same requests
-   (taken from the simulator's log) replayed with plain ``litellm.completion``: what is left is
-   contextkit's own work per turn.
+3. **Chat** (``--chat-turns``, part ``chat``): one session's chat turns against the same
+   conversation with plain ``litellm.completion``: CPU of the calling thread per turn, the difference
+   is contextkit's own CPU (bar: <= 3 ms).
+4. **A 500-turn session** (``--long-turns``): an agent session (each turn reads an ~8 KB file)
+   behind a 256 KB gateway; ms per turn around turns 10 / 100 / 500, wall and CPU of the calling
+   thread (``time.thread_time``: the simulator's threads and the tool's own work not counted).
+   Baseline: the same requests (taken from the simulator's log) replayed with plain
+   ``litellm.completion``: what is left is contextkit's own work per turn.
 
 Files are built once into ``--cache`` (default ``~/.cache/contextkit/scale``) and reused.
 
     python benchmarks/scale.py                           # everything (the 200k files take minutes to build)
     python benchmarks/scale.py --sizes 10000 --parts archive --queries 10      # a quick look
+    python benchmarks/scale.py --parts chat,long                               # contextkit's own CPU
 """
 
 from __future__ import annotations
@@ -377,7 +382,73 @@ def sessions_part(counts: list[int], turns: int) -> None:
                 print(f"{n:>8}  {name:<10}  {n * turns / wall:>8.1f}  {ms(pctl(lat, 0.95)):>10}  {rss_bytes() / 2**20:>6.0f} MB")
 
 
-# --- 3. a long session ------------------------------------------------------------------------------
+class InsideLitellm:
+    """CPU of the calling thread spent inside ``backend.completion`` (litellm, the SDK, the socket):
+    a turn's CPU less this is contextkit's own, measured directly rather than against a baseline."""
+
+    def __init__(self) -> None:
+        from contextkit import backend
+
+        self.cpu = 0.0
+        self._backend, self._completion = backend, backend.completion
+
+        def completion(*args: Any, **kwargs: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return self._completion(*args, **kwargs)
+            finally:
+                self.cpu += time.thread_time() - started
+
+        backend.completion = completion  # type: ignore[assignment]
+
+    def close(self) -> None:
+        self._backend.completion = self._completion  # type: ignore[assignment]
+
+
+# --- 3. chat: contextkit's own CPU per turn -------------------------------------------------------------
+def chat_part(turns: int) -> list[tuple[str, bool]]:
+    """One session, ``turns`` chat turns of 1-2 KB (``send``), against the same conversation sent with
+    plain ``litellm.completion``: CPU of the calling thread per turn (``time.thread_time``: the
+    simulator serves from threads of its own, so its work is not counted); the difference is
+    contextkit's own CPU."""
+    from contextkit import Session, backend
+    from contextkit.sim import GatewaySimulator
+
+    litellm = backend.litellm()
+    print(f"\n== 3. chat: {turns} chat turns, one session (send); baseline: the same conversation with plain litellm.completion")
+    with tempfile.TemporaryDirectory() as tmp, GatewaySimulator() as gw:
+        archive = Archive(Path(tmp) / "chat.sqlite", session_id="chat", retention=None)
+        session = Session(gw.model, api_base=gw.api_base, api_key="k", archive=archive, session_id="chat", status=None, on_flush=None)
+        session.send("warm up")
+        litellm.completion(model=gw.model, messages=[{"role": "user", "content": "warm up"}], api_base=gw.api_base, api_key="k")
+        ck: list[float] = []
+        base: list[float] = []
+        direct: list[float] = []
+        history: list[dict[str, Any]] = []
+        inside = InsideLitellm()
+        for t in range(turns):
+            text = chat_text(0, t)
+            inside.cpu = 0.0
+            started = time.thread_time()
+            session.send(text)
+            ck.append(time.thread_time() - started)
+            direct.append(ck[-1] - inside.cpu)
+            history.append({"role": "user", "content": text})
+            started = time.thread_time()
+            reply = litellm.completion(model=gw.model, messages=list(history), api_base=gw.api_base, api_key="k")
+            base.append(time.thread_time() - started)
+            history.append({"role": "assistant", "content": reply.choices[0].message.content or ""})
+        inside.close()
+        session.close()
+        archive.close()
+    a, b, own = statistics.median(ck), statistics.median(base), statistics.median(direct)
+    print(f"CPU per turn (median): contextkit {a * 1000:.1f} ms, baseline {b * 1000:.1f} ms, difference {(a - b) * 1000:.1f} ms; "
+          f"contextkit's own (its turn less the CPU inside litellm's completion) {own * 1000:.1f} ms, "
+          f"turns 1-10 {statistics.median(direct[:10]) * 1000:.1f} ms, last 10 {statistics.median(direct[-10:]) * 1000:.1f} ms")  # fmt: skip
+    return [(f"chat: contextkit's own CPU per turn {own * 1000:.1f} ms <= 3 ms", own <= 0.003)]
+
+
+# --- 4. a long session ------------------------------------------------------------------------------
 def long_part(turns: int) -> None:
     from contextkit import Limits, Session, backend
     from contextkit.sim import GatewaySimulator, Workspace
@@ -386,14 +457,21 @@ def long_part(turns: int) -> None:
     window = 5
     ws = Workspace(seed=1, target_bytes=8_000)
 
+    tool_cpu = [0.0]  # the tool's CPU (building the file), the workload's and not contextkit's
+
     def read_file(path: str) -> ToolResult:
         """Read a whole file."""
+        started = time.thread_time()
         out = ws.read_file(path)
+        tool_cpu[0] += time.thread_time() - started
         return ToolResult(out.content, path=out.path, lines=out.lines)
 
     litellm = backend.litellm()
-    print(f"\n== 3. a {turns}-turn agent session (an ~8 KB read per turn, 256 KB gateway); baseline: its requests replayed with plain litellm")
-    header = f"{'turn':>5}  {'contextkit ms/turn':>19}  {'baseline ms/turn':>17}  {'contextkit own':>15}  {'history':>9}"
+    print(f"\n== 4. a {turns}-turn agent session (an ~8 KB read per turn, 256 KB gateway); baseline: its requests replayed with plain litellm")
+    print("   wall: ms per turn; CPU: of the calling thread (time.thread_time; the simulator's threads and the tool not counted);")
+    print("   own direct: contextkit's turn CPU less the CPU inside litellm's completion (no baseline needed)")
+    header = (f"{'turn':>5}  {'contextkit wall':>15}  {'baseline wall':>13}  {'own wall':>9}  {'contextkit CPU':>14}  "
+              f"{'baseline CPU':>12}  {'own CPU':>8}  {'own direct':>13}  {'history':>9}")  # fmt: skip
     print(header + "\n" + "-" * len(header))
     with tempfile.TemporaryDirectory() as tmp, GatewaySimulator(max_body="256KB", reject_with="413", record_bodies=True) as gw:
         archive = Archive(Path(tmp) / "long.sqlite", session_id="long", retention=None)
@@ -402,23 +480,37 @@ def long_part(turns: int) -> None:
         session.send("warm up")
         own: dict[int, list[float]] = {p: [] for p in points}
         base: dict[int, list[float]] = {p: [] for p in points}
+        own_cpu: dict[int, list[float]] = {p: [] for p in points}
+        base_cpu: dict[int, list[float]] = {p: [] for p in points}
+        direct: dict[int, list[float]] = {p: [] for p in points}
+        inside = InsideLitellm()
         for turn in range(1, turns + 1):
             gw.clear_log()
-            started = time.perf_counter()
+            tool_cpu[0] = 0.0
+            inside.cpu = 0.0
+            started, cpu = time.perf_counter(), time.thread_time()
             session.send(f'[[tool:read_file {{"path": "src/mod_{turn % 97}.py"}}]] turn {turn}: check this module')
-            took = time.perf_counter() - started
+            took, took_cpu = time.perf_counter() - started, time.thread_time() - cpu - tool_cpu[0]
+            own_direct = took_cpu - inside.cpu
             near = [p for p in points if p - window < turn <= p]
             if near:
+                direct[near[0]].append(own_direct)
                 bodies = [json.loads(gw.body(r.seq)) for r in gw.requests if r.accepted]
-                t0 = time.perf_counter()
+                t0, cpu = time.perf_counter(), time.thread_time()
                 for body in bodies:
                     litellm.completion(model=gw.model, messages=body["messages"], tools=body.get("tools"), api_base=gw.api_base, api_key="k")
-                replay = time.perf_counter() - t0
+                replay, replay_cpu = time.perf_counter() - t0, time.thread_time() - cpu
                 own[near[0]].append(took)
                 base[near[0]].append(replay)
+                own_cpu[near[0]].append(took_cpu)
+                base_cpu[near[0]].append(replay_cpu)
+        inside.close()
         for p in points:
             a, b = statistics.median(own[p]), statistics.median(base[p])
-            print(f"{p:>5}  {a * 1000:>19.1f}  {b * 1000:>17.1f}  {(a - b) * 1000:>12.1f} ms  {session.measure().bytes / 1024:>6.0f} KB")
+            c, d = statistics.median(own_cpu[p]), statistics.median(base_cpu[p])
+            print(f"{p:>5}  {a * 1000:>12.1f} ms  {b * 1000:>10.1f} ms  {(a - b) * 1000:>6.1f} ms  {c * 1000:>11.1f} ms  "
+                  f"{d * 1000:>9.1f} ms  {(c - d) * 1000:>5.1f} ms  {statistics.median(direct[p]) * 1000:>10.1f} ms  "
+                  f"{session.measure().bytes / 1024:>6.0f} KB")  # fmt: skip
         session.close()
         archive.close()
 
@@ -430,7 +522,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", default="1,10,100")
     parser.add_argument("--turns", type=int, default=10, help="chat turns per session in part 2")
     parser.add_argument("--long-turns", type=int, default=500)
-    parser.add_argument("--parts", default="archive,sessions,long")
+    parser.add_argument("--parts", default="archive,sessions,chat,long", help="comma-separated: archive, sessions, chat, long")
+    parser.add_argument("--chat-turns", type=int, default=50, help="chat turns of the chat part")
     parser.add_argument("--cache", default=str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "contextkit" / "scale"))
     args = parser.parse_args(argv)
     parts = set(args.parts.split(","))
@@ -440,6 +533,8 @@ def main(argv: list[str] | None = None) -> int:
         bars += archive_part([int(s) for s in args.sizes.split(",")], Path(args.cache), args.queries)
     if "sessions" in parts:
         sessions_part([int(s) for s in args.sessions.split(",")], args.turns)
+    if "chat" in parts:
+        bars += chat_part(args.chat_turns)
     if "long" in parts:
         long_part(args.long_turns)
     if bars:

@@ -185,9 +185,9 @@ def test_a_configured_cap_is_never_crossed_on_either_route(gw, route):
 def test_the_cap_test_can_fail_measured_as_the_chat_completions_body_the_cap_is_crossed(gw, monkeypatch):
     """The same session measuring the Anthropic route as the OpenAI body (what was done before) sends
     bodies above its 64 KB cap: the test above would catch that."""
-    from contextkit import sizing
+    from contextkit.sizing import meter
 
-    monkeypatch.setattr(sizing, "wire_route", lambda model: "openai")
+    monkeypatch.setattr(meter, "wire_route", lambda model: "openai")
     gw.reset()
     session = paste_session(gw, "anthropic", max_payload="64KB")
     paste_turns(session)

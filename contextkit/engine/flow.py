@@ -238,7 +238,7 @@ def _send(
     digest of the body (the evidence counts failures per body). An empty stream hid the provider's
     answer: the same body is asked once more without streaming, to read it."""
     st, sent, request = ctx.state, prepared.sent, prepared.request
-    body = request_body(request.wire, ctx.tools)
+    body = request_body(ctx, prepared.out)
     digest = hashlib.sha256(body).hexdigest()
     sample = ctx.probe.feed(body)
     st.stats.cache_breaks += sample.cache_break

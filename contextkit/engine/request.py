@@ -4,14 +4,15 @@ digest see (no IO: the driver answers the effect)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from contextkit.engine.effects import CallModel, ModelFailure, ModelReply
 from contextkit.events import RequestEvent
 from contextkit.failures.classify import Failure, FailureKind, classify_failure
 from contextkit.limits.context import FlowContext
-from contextkit.sizing import Measure, dumps
+from contextkit.messages import Message
+from contextkit.sizing import Measure
 
 
 def attempt_record(failure: Failure, level: int, sent: Measure) -> dict[str, Any]:
@@ -85,7 +86,9 @@ def record_request(
     )
 
 
-def request_body(messages: list[dict[str, Any]], tools: Any) -> bytes:
-    """The request body's messages and tools as sent (for the prefix probe and the request digest)."""
+def request_body(ctx: FlowContext, messages: Sequence[Message]) -> bytes:
+    """The request body's messages and tools as sent, without breakpoints (for the prefix probe and
+    the request digest): ``{"tools": ..., "messages": [...]}`` joined from each message's cached
+    wire JSON, so a request serialises only the messages it adds."""
     # Tools first: providers put the tool schemas ahead of the messages in the cached prompt prefix.
-    return dumps({"tools": tools, "messages": messages}).encode("utf-8", "surrogatepass")
+    return ctx.meter.wire_body(messages, ctx.tools)

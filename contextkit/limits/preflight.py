@@ -20,7 +20,7 @@ from contextkit.limits.floor import floor_measure, floor_text
 from contextkit.limits.learning import announce_window
 from contextkit.limits.summary_guard import watch_summaries
 from contextkit.markers import marker
-from contextkit.messages import Message, age_messages, newest_request_index, to_wire_list
+from contextkit.messages import Message, age_messages, newest_request_index
 from contextkit.policy.breakpoints import EPHEMERAL, anchor_position, breakpoint_positions, with_breakpoints
 from contextkit.policy.budgets import enforce_tool_result_budgets, preview_chars
 from contextkit.policy.microcompact import MicrocompactConfig
@@ -384,7 +384,7 @@ def request_for(
     """``out`` as sent (``policy/breakpoints.py``), ``params`` the request's parameters as ``sent``
     was measured with. Pure: the flow stores ``anchor`` in ``ctx.cache_anchor`` only when the
     request really goes out (a refused one moves no anchor)."""
-    wire = to_wire_list(out)
+    wire = ctx.meter.wire_list(out)  # converted once per message object, copies handed out
     if not ctx.breakpoints:
         return Request(wire, wire, sent, ())
     previous = ctx.cache_anchor

@@ -14,7 +14,7 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from contextkit.markers import ArchiveSink, has_marker
+from contextkit.markers import ArchiveSink, has_marker, recall_suffix
 from contextkit.messages import Message, assistant_turns
 from contextkit.policy._common import archive_original, fmt_chars, origin_of, with_suffix
 
@@ -149,6 +149,9 @@ class DedupReport:
         return f"trim: {self.superseded} superseded file reads cleared, {fmt_chars(self.chars_freed)} freed"
 
 
+_SUFFIX_OF_ONE = len(recall_suffix(["0" * 16]))  # the recall suffix citing one key: the shortest there is
+
+
 def dedup_repeated_reads(
     history: Sequence[Message], *, archive: ArchiveSink, protect: Collection[int] = ()
 ) -> tuple[list[Message], DedupReport]:
@@ -166,9 +169,16 @@ def dedup_repeated_reads(
     for i, blocks in reversed(candidates):
         if i not in protect and all(any(b.covered_by(x) for x in later.get(b.path, ())) for b in blocks):
             m = history[i]
-            got = archive_original(archive, m.content, kind="read", origin=origin_of(m, reason="superseded read"))
             what = ", ".join(dict.fromkeys(b.describe() for b in blocks))
             stub = f"{STUB_PREFIX}{what} superseded by a later read of the same file - {len(m.content)} chars cleared]"
+            # a stub with its recall suffix is at least _SUFFIX_OF_ONE longer: when that is not shorter
+            # (an old read cleared to a one-liner already), the original is not looked up or staged again
+            too_long = "<<ccr:" not in stub and len(stub) + _SUFFIX_OF_ONE >= len(m.content)
+            got = (
+                None
+                if too_long
+                else archive_original(archive, m.content, kind="read", origin=origin_of(m, reason="superseded read"))
+            )
             if got is not None and len(with_suffix(stub, got[0])) < len(m.content):
                 out[i] = m.with_content(with_suffix(stub, got[0]))
                 keys.extend(got[1])

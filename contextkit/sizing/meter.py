@@ -1,0 +1,510 @@
+"""``RequestMeter``: request bytes and tokens of a history, measured again and again for the cost of
+what is new in it (see the class docstring)."""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from contextkit.messages import Message, to_wire
+from contextkit.sizing.counting import _REPLY_PRIMING, message_tokens, tools_tokens
+from contextkit.sizing.wire import (
+    _NOT_SENT,
+    ANTHROPIC_ROUTE,
+    _provider_bytes,
+    _wire_of,
+    dumps,
+    message_bytes,
+    openai_request_bytes,
+    sent_message,
+    wire_route,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    bytes: int
+    tokens: int
+    messages: int
+
+
+# The stand-in of a long text on the Anthropic route: letters and digits only (JSON and base64
+# leave them as they are), a multiple of 4 long (a base64 image payload stays valid), a salt per
+# process so a text cannot contain another message's stand-in by accident.
+_SALT = os.urandom(3).hex()
+_MARK = re.compile(rf"Ck{_SALT}(\d{{8}})".encode())
+_KEEP = 8  # characters kept at each end of a replaced text: litellm strips, checks emptiness there
+_LONG = 64  # texts shorter than this are sent to litellm as they are
+_MEMO = 16  # whole-request results kept (the same history is measured several times per turn)
+
+
+@dataclass(frozen=True, slots=True)
+class _Skeleton:
+    """A message as litellm sees it, with the middle of each long text replaced by a stand-in;
+    ``marks`` maps each stand-in's number to the bytes the real middle adds beyond it."""
+
+    wire: dict[str, Any]
+    marks: tuple[tuple[int, int], ...]
+    fetched: bool = False  # an http:// image, which litellm downloads into the body when it sends
+
+
+def _ascii_len(text: str) -> int:
+    """Bytes of ``text`` inside an ASCII-escaped JSON string (what ``json.dumps`` writes)."""
+    return len(json.dumps(text)) - 2
+
+
+def _fresh(obj: Any) -> Any:
+    """A copy of the dicts and lists of ``obj`` (litellm's transformation may change them)."""
+    if isinstance(obj, dict):
+        return {k: _fresh(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_fresh(v) for v in obj]
+    return obj
+
+
+RECENT_REQUESTS = 4  # histories a meter remembers whole (the request of a step and its rewrites)
+CALIBRATION_BAND = (0.5, 2.0)  # provider / our token counts outside this band are not learned from
+# below this many tokens the fixed framing of a request (which providers count differently) outweighs
+# the tokenizer's difference, which is what the ratio is for
+CALIBRATION_MIN_TOKENS = 1024
+CALIBRATION_DEADBAND = 0.03
+
+
+class RequestMeter:
+    """Caches per-message sizes so re-measuring a grown history costs only the new messages.
+
+    Keys are the immutable ``Message`` values themselves (their hash is cheap: Python caches
+    string hashes), so a message that appears again after compaction is not re-counted.
+
+    On the Anthropic route (``wire_route``) the request bytes come from the body litellm builds:
+    each message is cached as a ``_Skeleton`` (long texts cut to their ends around a numbered
+    stand-in), litellm transforms the skeletons, and each stand-in found in that body adds the
+    escaped size of the text it replaced. Every decision litellm makes about the request (merged
+    turns, the system prompt apart, parsed tool-call arguments, an added placeholder tool) is in
+    the figure; only the long texts are not handed to it again. A stand-in litellm does not pass
+    through (it never has) makes that request measured from the real messages instead.
+    """
+
+    def __init__(self, model: str = "", *, max_entries: int = 200_000) -> None:
+        self.model = model
+        # first in, first out (a plain dict keeps insertion order; walking an OrderedDict hashes every key)
+        self._cache: dict[Message, tuple[int, int]] = {}
+        # the same sizes keyed by the message object's id (the message is kept in the entry, so the id
+        # cannot be reused while it is there): a dataclass hash walks every field of the message, an
+        # id does not, and the flow asks about the same objects many times per request
+        self._by_id: dict[int, tuple[Message, int, int]] = {}
+        # each message's wire dict (``to_wire``) and its compact JSON, the pieces ``wire_body`` joins
+        self._json: dict[int, tuple[Message, dict[str, Any], str]] = {}
+        # running totals of the last few histories summed: a history that starts with one of them
+        # (the same objects: appended to, or rewritten from some message on) adds only the rest
+        self._runs: list[_Run] = []
+        self._last_tools: tuple[list[Any], str, Any] | None = None  # the tools, their JSON, a copy
+        self._skeletons: dict[Message, _Skeleton] = {}
+        self._memo: OrderedDict[Any, int | None] = OrderedDict()
+        self._next_mark = 0
+        self._lock = threading.Lock()
+        self._max = max_entries
+        self.misses = 0
+        self.hits = 0
+        self.fallbacks = 0  # Anthropic-route requests measured from the real messages
+        # the request framing (body skeleton bytes, tool tokens) per tools + parameters, and the last
+        # few histories measured: the turn flow measures the same request several times per step,
+        # and a history seen again (the same message objects) costs a comparison, not a sum
+        self._framing: dict[str, tuple[int, int]] = {}
+        self._recent: list[tuple[_Run, str, Measure]] = []
+        self.measured = 0  # requests summed (the rest came from the recent ones)
+        self.calls = 0
+        self.summed = 0  # messages added to a running total (the rest came from a run's prefix)
+        self.serialised = 0  # messages serialised to wire JSON for a request body
+        # calibration: the provider's prompt_tokens over our count, learned from the requests it
+        # answered (``calibrate``); every token count this meter gives is scaled by it
+        self.ratio = 1.0
+        self._counted = 0  # our tokens (before scaling) over the requests learned from
+        self._reported = 0  # the provider's prompt_tokens for them
+        self.samples = 0
+        self.skipped = 0
+
+    def calibrate(self, measured: int, reported: int) -> float:
+        """Learn from one answered request: ``measured`` is this meter's (scaled) count of what was sent,
+        ``reported`` the provider's ``prompt_tokens``. A count far from ours (below half or above
+        twice) is skipped, and so is a small request (below ``CALIBRATION_MIN_TOKENS``, where the
+        framing dominates): the provider did not count what we sent (it edited the request, or a proxy
+        added to it), so it says nothing about the tokenizer. Returns the ratio in force."""
+        if measured <= 0 or reported < CALIBRATION_MIN_TOKENS:
+            return self.ratio
+        raw = measured / self.ratio
+        if not CALIBRATION_BAND[0] <= reported / raw <= CALIBRATION_BAND[1]:
+            with self._lock:
+                self.skipped += 1
+            return self.ratio
+        with self._lock:
+            self._counted += round(raw)
+            self._reported += reported
+            self.samples += 1
+            ratio = self._reported / self._counted
+            # within CALIBRATION_DEADBAND of ours the count is close enough: it stays exact, so a
+            # session's decisions do not shift with every answered request for a percent or two
+            ratio = 1.0 if abs(ratio - 1.0) < CALIBRATION_DEADBAND else ratio
+            if ratio != self.ratio:
+                self.ratio = ratio
+                self._recent = []  # remembered measures hold counts at the old ratio
+            return self.ratio
+
+    @property
+    def route(self) -> str:
+        return wire_route(self.model)
+
+    def _sizes(self, message: Message) -> tuple[int, int]:
+        known = self._by_id.get(id(message))
+        if known is not None and known[0] is message:
+            self.hits += 1
+            return known[1], known[2]
+        with self._lock:
+            hit = self._cache.get(message)
+            if hit is not None:
+                self.hits += 1
+                self._remember(message, hit)
+                return hit
+        # escaped as the route sends text: ASCII escapes on the Anthropic route, UTF-8 elsewhere
+        anthropic = self.route == ANTHROPIC_ROUTE
+        size = len(json.dumps(sent_message(message))) if anthropic else message_bytes(message)
+        sizes = (size, message_tokens(message, self.model))
+        with self._lock:
+            self.misses += 1
+            self._cache[message] = sizes
+            if len(self._cache) > self._max:
+                del self._cache[next(iter(self._cache))]
+            self._remember(message, sizes)
+        return sizes
+
+    def _remember(self, message: Message, sizes: tuple[int, int]) -> None:
+        if len(self._by_id) >= self._max:
+            del self._by_id[next(iter(self._by_id))]
+        self._by_id[id(message)] = (message, *sizes)
+
+    def _wire(self, message: Message) -> tuple[Message, dict[str, Any], str]:
+        known = self._json.get(id(message))
+        if known is not None and known[0] is message:
+            return known
+        wire = to_wire(message)
+        entry = (message, wire, dumps(wire))
+        with self._lock:
+            self.serialised += 1
+            if len(self._json) >= self._max:
+                del self._json[next(iter(self._json))]
+            self._json[id(message)] = entry
+        return entry
+
+    def wire_json(self, message: Message) -> str:
+        """``message``'s wire form (``to_wire``) as compact JSON, serialised once per message object."""
+        return self._wire(message)[2]
+
+    def wire_list(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
+        """``to_wire_list(messages)``: copies of the cached wire dicts (the receiver may change them:
+        litellm rewrites a message's ``tool_calls`` in place), converted once per message object."""
+        return [_copy_wire(self._wire(m)[1]) for m in messages]
+
+    def wire_body(self, messages: Sequence[Message], tools: Any) -> bytes:
+        """``dumps({"tools": tools, "messages": to_wire_list(messages)})`` as UTF-8, byte for byte,
+        joined from the cached pieces of ``wire_json``: only messages not seen before are serialised."""
+        pieces = ",".join([self.wire_json(m) for m in messages])
+        return f'{{"tools":{dumps(tools)},"messages":[{pieces}]}}'.encode("utf-8", "surrogatepass")
+
+    def message_bytes(self, message: Message) -> int:
+        """One message's bytes as this route escapes its texts (for budgets; the request total
+        is ``measure``)."""
+        return self._sizes(message)[0]
+
+    def retain(self, messages: Iterable[Message]) -> None:
+        """Forget every cached message not in ``messages``. The cache holds the messages themselves,
+        so without this the originals that compaction replaced would stay in memory."""
+        # by identity: a set of ids is built without hashing the messages (a walk over every field)
+        keep = set(map(id, messages))
+        with self._lock:
+            for message in [m for m in self._cache if id(m) not in keep]:
+                del self._cache[message]
+            for message in [m for m in self._skeletons if id(m) not in keep]:
+                del self._skeletons[message]
+            self._by_id = {k: v for k, v in self._by_id.items() if k in keep}
+            self._json = {k: v for k, v in self._json.items() if k in keep}
+            self._memo.clear()
+            self._recent = [r for r in self._recent if keep.issuperset(r[0].ids)]
+            self._runs = [r for r in self._runs if keep.issuperset(r.ids)]
+
+    @property
+    def entries(self) -> int:
+        return len(self._cache)
+
+    def measure(
+        self,
+        history: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **params: Any,
+    ) -> Measure:
+        """Request bytes and tokens of ``history`` (+ tools), equal to ``request_bytes`` exactly."""
+        key = self._key(tools, params)
+        self.calls += 1
+        messages = tuple(history)
+        ids = list(map(id, messages))
+        with self._lock:
+            for seen, seen_key, result in self._recent:
+                # the same objects (held by the run, so their ids are theirs): an int-list comparison in C
+                if seen_key == key and seen.ids == ids:
+                    self.hits += len(messages)  # every message's sizes came from memory
+                    return result
+            framing = self._framing.get(key)
+        if framing is None:
+            # the skeleton has "messages":[]; each message and the commas between them are added below
+            framing = (
+                openai_request_bytes([], tools=tools, model=self.model, **params),
+                tools_tokens(tools, self.model),
+            )
+            with self._lock:
+                if len(self._framing) > 64:
+                    self._framing.clear()
+                self._framing[key] = framing
+        run = self._run_of(messages, ids)
+        total_bytes = run.bytes[-1]
+        total_tokens = run.tokens[-1] + _REPLY_PRIMING + framing[1]
+        if self.route == ANTHROPIC_ROUTE:
+            built = self._built_bytes(history, tools, params, None)
+            if built is not None:
+                total_bytes = built - framing[0] - max(0, len(messages) - 1)  # the whole body, framing included
+            else:
+                total_bytes = sum(message_bytes(m) for m in messages)
+        total_bytes += framing[0] + max(0, len(messages) - 1)
+        if self.ratio != 1.0:
+            total_tokens = round(total_tokens * self.ratio)
+        result = Measure(bytes=total_bytes, tokens=total_tokens, messages=len(messages))
+        with self._lock:
+            self.measured += 1
+            self._recent = [(run, key, result), *self._recent[: RECENT_REQUESTS - 1]]
+        return result
+
+    def _key(self, tools: Sequence[Mapping[str, Any]] | None, params: Mapping[str, Any]) -> str:
+        """The tools and parameters as one string (what framing and remembered measures are kept by).
+        The flow asks with the same tools every time: compared (in C) with the last ones, their JSON
+        is reused rather than written again."""
+        listed = list(tools or ())
+        last = self._last_tools
+        # the same dicts (identity: 1 == True, yet their JSON differs), still equal to a copy of what they were
+        same = last is not None and len(last[0]) == len(listed) and all(map(operator.is_, last[0], listed))
+        if last is None or not same or last[2] != listed:
+            last = self._last_tools = (listed, json.dumps(listed, default=repr), _fresh(listed))
+        return last[1] + json.dumps(sorted(params.items()), default=repr)
+
+    def _run_of(self, messages: tuple[Message, ...], ids: list[int]) -> _Run:
+        """The running totals of ``messages``: the longest prefix shared with a run already summed
+        comes from it, only the messages after it are looked up."""
+        with self._lock:
+            runs = list(self._runs)
+        shared, base = 0, None
+        for run in runs:
+            n = _common_prefix(run.ids, ids)
+            if n > shared:
+                shared, base = n, run
+        cum_bytes = base.bytes[: shared + 1] if base is not None else [0]
+        cum_tokens = base.tokens[: shared + 1] if base is not None else [0]
+        b_total, t_total = cum_bytes[-1], cum_tokens[-1]
+        for message in messages[shared:]:
+            b, t = self._sizes(message)
+            b_total += b
+            t_total += t
+            cum_bytes.append(b_total)
+            cum_tokens.append(t_total)
+        run = _Run(messages, ids, cum_bytes, cum_tokens)
+        with self._lock:
+            self.summed += len(messages) - shared
+            self._runs = [run, *[r for r in self._runs if r is not base], *([base] if base is not None else [])][
+                :RECENT_REQUESTS
+            ]
+        return run
+
+    def breakpoint_bytes(
+        self,
+        history: Sequence[Message],
+        positions: Sequence[int],
+        cache_control: Mapping[str, Any],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **params: Any,
+    ) -> int:
+        """Bytes that ``cache_control`` on the messages at ``positions`` adds to the request.
+
+        The OpenAI form carries it as one more key of each marked message; litellm's Anthropic
+        body moves it onto the message's last content block, so there it is measured."""
+        if not positions:
+            return 0
+        if self.route == ANTHROPIC_ROUTE:
+            marked = self._built_bytes(history, tools, params, (tuple(positions), dumps(cache_control)))
+            plain = self._built_bytes(history, tools, params, None)
+            if marked is not None and plain is not None:
+                return marked - plain
+        return len(positions) * (len(dumps({"cache_control": cache_control})) - 1)  # braces out, a comma in
+
+    # the Anthropic route ---------------------------------------------------------------------
+
+    def _skeleton(self, message: Message) -> _Skeleton:
+        with self._lock:
+            hit = self._skeletons.get(message)
+        if hit is not None:
+            return hit
+        wire = sent_message(message)
+        marks: list[tuple[int, int]] = []
+
+        def cut(text: Any, *, payload: bool = False) -> Any:
+            if not isinstance(text, str) or len(text) < _LONG:
+                return text
+            head_end = text.index(",") + 1 + _KEEP if payload and "," in text else _KEEP
+            middle = text[head_end:-_KEEP]
+            if not middle or text[:head_end].isspace() or text[-_KEEP:].isspace():
+                return text  # litellm strips or drops blank ends: give it the real text
+            with self._lock:
+                number, self._next_mark = self._next_mark, self._next_mark + 1
+            mark = f"Ck{_SALT}{number % 10**8:08d}"
+            marks.append((number % 10**8, _ascii_len(middle) - len(mark)))
+            return text[:head_end] + mark + text[-_KEEP:]
+
+        content = wire.get("content")
+        fetched = any(str(url).startswith("http://") for url in message.images)
+        if isinstance(content, str):
+            wire["content"] = cut(content)
+        elif isinstance(content, list):
+            parts: list[Any] = []
+            for part in content:
+                if isinstance(part, Mapping) and part.get("type") == "text":
+                    part = {**part, "text": cut(part.get("text"))}
+                elif isinstance(part, Mapping) and part.get("type") == "image_url":
+                    url = part.get("image_url")
+                    if isinstance(url, Mapping) and str(url.get("url", "")).startswith("data:"):
+                        part = {**part, "image_url": {**url, "url": cut(url["url"], payload=True)}}
+                parts.append(part)
+            wire["content"] = parts
+        skeleton = _Skeleton(wire, tuple(marks), fetched)
+        with self._lock:
+            self._skeletons[message] = skeleton
+        return skeleton
+
+    def _built_bytes(
+        self,
+        history: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None,
+        params: Mapping[str, Any],
+        marked: tuple[tuple[int, ...], str] | None,
+    ) -> int | None:
+        """Bytes of the Anthropic body litellm builds for ``history`` (None: it builds none)."""
+        key = (
+            tuple(history),
+            dumps(list(tools)) if tools else "",
+            json.dumps(params, sort_keys=True, default=repr),
+            marked,
+        )
+        with self._lock:
+            if key in self._memo:
+                self._memo.move_to_end(key)
+                return self._memo[key]
+        skeletons = [self._skeleton(m) for m in history]
+        if any(s.fetched for s in skeletons):
+            # measuring must not download: the image's size is unknown until litellm fetches it
+            return None
+        positions = set(marked[0]) if marked else set()
+        control = json.loads(marked[1]) if marked else None
+        wire = [
+            {**_fresh(s.wire), "cache_control": dict(control)} if i in positions and control else _fresh(s.wire)
+            for i, s in enumerate(skeletons)
+        ]
+        size = None
+        if history:
+            size = self._from_skeletons(wire, skeletons, tools, params)
+            if size is None:
+                real = [_wire_of(m) for m in history]
+                if control:
+                    real = [{**w, "cache_control": dict(control)} if i in positions else w for i, w in enumerate(real)]
+                size = _provider_bytes(self.model, real, tools, params)
+        with self._lock:
+            self._memo[key] = size
+            if len(self._memo) > _MEMO:
+                self._memo.popitem(last=False)
+        return size
+
+    def _from_skeletons(
+        self,
+        wire: list[dict[str, Any]],
+        skeletons: Sequence[_Skeleton],
+        tools: Sequence[Mapping[str, Any]] | None,
+        params: Mapping[str, Any],
+    ) -> int | None:
+        from contextkit import backend
+
+        sent = {k: v for k, v in params.items() if k not in _NOT_SENT and v is not None}
+        try:
+            body = backend.provider_body(
+                self.model, wire, tools=[dict(t) for t in tools] if tools else None, params=sent, copy_messages=False
+            )
+        except Exception:  # noqa: BLE001 - measured from the real messages, which says why
+            return None
+        extra = {number: delta for s in skeletons for number, delta in s.marks}
+        seen: set[int] = set()
+        size = len(body)
+        for found in _MARK.finditer(body):
+            number = int(found.group(1))
+            if number not in extra:
+                return None
+            seen.add(number)
+            size += extra[number]
+        if len(seen) != len(extra):
+            with self._lock:
+                self.fallbacks += 1
+            return None
+        return size
+
+
+def _copy_wire(wire: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a wire message whose dicts and lists are new, cheap for the plain text message
+    (a shallow copy: its values are strings and None)."""
+    if isinstance(wire.get("content"), list):
+        return _fresh(wire)  # type: ignore[no-any-return]
+    calls = wire.get("tool_calls")
+    if isinstance(calls, list):  # the shape ``to_wire`` gives a call: {"id", "type", "function": {...}}
+        return {**wire, "tool_calls": [{**c, "function": dict(c["function"])} for c in calls]}
+    return dict(wire)
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """A history summed: its messages (held, so their ids stay theirs), their ids, and the running
+    totals of their bytes and raw tokens (``bytes[i]``: the first ``i`` messages)."""
+
+    messages: tuple[Message, ...]
+    ids: list[int]
+    bytes: list[int]
+    tokens: list[int]
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two lists of ints, by slice comparisons (C loops):
+    the whole of the shorter one first (a history appended to), else a binary search."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def total_chars(history: Iterable[Message]) -> int:
+    """Sum of content lengths: a cheap raw measure of a history (not the bytes sent; see ``request_bytes``)."""
+    return sum(len(m.content) for m in history)
