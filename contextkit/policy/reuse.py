@@ -96,11 +96,13 @@ def call_text(call: ToolCall | None) -> str:
 
 
 def stub_names(
-    text: str, referred: Collection[str], *, said: str = "", limit: int = 4, chars: int = 100
+    text: str, referred: Collection[str], *, said: str = "", limit: int = 6, chars: int = 140
 ) -> list[str]:
     """The few names a stub of ``text`` cites: the ones the agent has not referred to yet and the
     stub does not already show (``said``: its call and origin), paths first, in order of appearance;
-    at most ``limit`` and ``chars`` characters together."""
+    at most ``limit`` and ``chars`` characters together. (On the recorded runs replayed at a 16k
+    window, 6 names in 140 characters kept more of the agent's next names in view than 4 in 100,
+    for the same billed input; 8 in 180 began to crowd out whole results.)"""
     fresh = [n for n in names(text) if n not in referred and "<<" not in n and n not in said]
     fresh.sort(key=lambda n: "/" not in n)  # stable: paths first, each group in order of appearance
     out: list[str] = []
