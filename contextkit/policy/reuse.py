@@ -102,7 +102,7 @@ def stub_names(
     stub does not already show (``said``: its call and origin), paths first, in order of appearance;
     at most ``limit`` and ``chars`` characters together. (On the recorded runs replayed at a 16k
     window, 6 names in 140 characters kept more of the agent's next names in view than 4 in 100,
-    for the same billed input; 8 in 180 began to crowd out whole results.)"""
+    for the same billed input; 8 in 180 kept fewer.)"""
     fresh = [n for n in names(text) if n not in referred and "<<" not in n and n not in said]
     fresh.sort(key=lambda n: "/" not in n)  # stable: paths first, each group in order of appearance
     out: list[str] = []
