@@ -203,7 +203,7 @@ def test_per_message_tokens_match_litellm(model: str) -> None:
         Message("user", "x", name="bob"),
         Message.assistant("", [ToolCall("c1", "read_file", '{"path": "a.py"}')]),
         Message.tool("c1", "file body\n" * 30),
-        # counted without litellm since the tool-result speed-up (issue 24 item 6): the same formula
+        # counted without litellm (a speed-up: litellm's counter sets itself up on every call): the same formula
         Message.assistant("let me look ✓", [ToolCall("c2", "grep", '{"q": "naïve"}'), ToolCall("c3", "ls", "{}")]),
         Message.tool("c2", "", name="grep"),
         Message.tool("c3", "a.py\nb.py", name="ls", path="."),

@@ -1,6 +1,6 @@
 """contextkit's own work per request is O(new content), not O(history): in a 100-turn tool session
 each request is measured a bounded number of times, and the messages the meter sums or serialises
-per request do not grow with the history (issue 24 item 6, issue 28 item 4)."""
+per request do not grow with the history."""
 
 from __future__ import annotations
 
