@@ -471,7 +471,7 @@ def long_part(turns: int) -> None:
     print("   wall: ms per turn; CPU: of the calling thread (time.thread_time; the simulator's threads and the tool not counted);")
     print("   own direct: contextkit's turn CPU less the CPU inside litellm's completion (no baseline needed)")
     header = (f"{'turn':>5}  {'contextkit wall':>15}  {'baseline wall':>13}  {'own wall':>9}  {'contextkit CPU':>14}  "
-              f"{'baseline CPU':>12}  {'own CPU':>8}  {'own direct':>13}  {'history':>9}")  # fmt: skip
+              f"{'baseline CPU':>12}  {'own CPU':>8}  {'own direct':>13}  {'history':>9}  {'messages':>8}")  # fmt: skip
     print(header + "\n" + "-" * len(header))
     with tempfile.TemporaryDirectory() as tmp, GatewaySimulator(max_body="256KB", reject_with="413", record_bodies=True) as gw:
         archive = Archive(Path(tmp) / "long.sqlite", session_id="long", retention=None)
@@ -483,6 +483,8 @@ def long_part(turns: int) -> None:
         own_cpu: dict[int, list[float]] = {p: [] for p in points}
         base_cpu: dict[int, list[float]] = {p: [] for p in points}
         direct: dict[int, list[float]] = {p: [] for p in points}
+        sizes: dict[int, list[float]] = {p: [] for p in points}  # the request's bytes after the turn
+        lengths: dict[int, list[float]] = {p: [] for p in points}  # and its messages
         inside = InsideLitellm()
         for turn in range(1, turns + 1):
             gw.clear_log()
@@ -495,6 +497,8 @@ def long_part(turns: int) -> None:
             near = [p for p in points if p - window < turn <= p]
             if near:
                 direct[near[0]].append(own_direct)
+                sizes[near[0]].append(session.measure().bytes)
+                lengths[near[0]].append(len(session.history))
                 bodies = [json.loads(gw.body(r.seq)) for r in gw.requests if r.accepted]
                 t0, cpu = time.perf_counter(), time.thread_time()
                 for body in bodies:
@@ -510,7 +514,7 @@ def long_part(turns: int) -> None:
             c, d = statistics.median(own_cpu[p]), statistics.median(base_cpu[p])
             print(f"{p:>5}  {a * 1000:>12.1f} ms  {b * 1000:>10.1f} ms  {(a - b) * 1000:>6.1f} ms  {c * 1000:>11.1f} ms  "
                   f"{d * 1000:>9.1f} ms  {(c - d) * 1000:>5.1f} ms  {statistics.median(direct[p]) * 1000:>10.1f} ms  "
-                  f"{session.measure().bytes / 1024:>6.0f} KB")  # fmt: skip
+                  f"{statistics.median(sizes[p]) / 1024:>6.0f} KB  {statistics.median(lengths[p]):>8.0f}")  # fmt: skip
         session.close()
         archive.close()
 

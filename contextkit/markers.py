@@ -37,11 +37,13 @@ def marker(key: str) -> str:
 
 def extract_keys(text: str) -> list[str]:
     """Canonical markers in ``text``, distinct, first-seen order."""
+    if "<<ccr:" not in text:  # most texts hold none; a substring test is much cheaper than the pattern
+        return []
     return list(dict.fromkeys(MARKER_RE.findall(text)))
 
 
 def has_marker(text: str) -> bool:
-    return MARKER_RE.search(text) is not None
+    return "<<ccr:" in text and MARKER_RE.search(text) is not None
 
 
 def recall_suffix(keys: Iterable[str]) -> str:

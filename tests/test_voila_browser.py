@@ -189,7 +189,9 @@ def test_the_tour_grows_live_in_voila(voila: tuple[str, int]) -> None:
                     if not seen or marks != seen[-1]:
                         seen.append(marks)
                         if len(seen) == 3:  # the chart mid-run, as the class sees it at 1024x768
-                            page.locator(".ck-dashboard svg.marks").first.scroll_into_view_if_needed()
+                            # in the page's own script: the chart redraws its svg as marks arrive, so a
+                            # handle taken from Python may be detached by the time it is scrolled
+                            page.evaluate("document.querySelector('.ck-dashboard svg.marks')?.scrollIntoView()")
                             page.screenshot(path=str(ARTIFACTS / "voila-dashboard-running.png"))
                     page.wait_for_timeout(250)
                 page.wait_for_function(DONE, timeout=60_000, polling=500)

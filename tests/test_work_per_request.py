@@ -61,23 +61,7 @@ def test_each_request_is_measured_a_bounded_number_of_times(per_request: dict[st
     assert max(per_request["calls"]) <= 16
 
 
-@pytest.mark.parametrize(
-    "what",
-    [
-        pytest.param(
-            "summed",
-            marks=pytest.mark.xfail(
-                strict=False,  # whether the last 20 turns' median crosses depends on where truncation falls
-                reason="known: since the pressure pass stops at its target (policy/reuse.py), once the "
-                "stubs of cleared results fill the window it runs every few turns, and each pass "
-                "re-sums the history after its first rewrite (up to a median of 5 messages a request in "
-                "the last 20 turns against 2.5 early); skipping a pass that cannot reach its target broke "
-                "the cache tests - to be redone",
-            ),
-        ),
-        "serialised",
-    ],
-)
+@pytest.mark.parametrize("what", ["summed", "serialised"])
 def test_messages_per_request_do_not_grow_with_the_history(per_request: dict[str, list[float]], what: str) -> None:
     """Median over the first and the last 20 turns: a pass that rewrites many results costs its
     rewrites once (a few turns), an append-only request only its new messages."""

@@ -101,6 +101,7 @@ def turn_boundary(ctx: FlowContext) -> None:
         cap=_byte_limit(ctx),
         config=PressureConfig.from_limits(st.limits),
         micro=MicrocompactConfig.from_limits(st.limits),
+        sizes=ctx.meter.message_sizes,
     )
     if report.microcompact.changed:
         ctx.notify("microcompact", report.microcompact.describe(), "info")

@@ -22,16 +22,29 @@ TRUNCATED_SEP = "\n... [truncated] ...\n"
 _SUFFIX_RE = re.compile(r"\n\[full content recoverable via @recall ((?:<<ccr:[0-9a-f]{16}>> ?)+)\]\Z")
 
 
+_SUFFIX_HEAD = "\n[full content recoverable via @recall "
+
+
+def _suffix(content: str) -> re.Match[str] | None:
+    # Only the last occurrence of the suffix's head can start a suffix that runs to the end (what
+    # follows it is markers and "]"), so it is tried alone: a regular-expression search would try
+    # every line of every old output on every request.
+    if not content.endswith("]"):
+        return None
+    at = content.rfind(_SUFFIX_HEAD)
+    return _SUFFIX_RE.match(content, at) if at >= 0 else None
+
+
 def split_suffix(content: str) -> tuple[str, tuple[str, ...]]:
     """``(body, keys)`` of content ending with a recall suffix; ``(content, ())`` otherwise."""
-    match = _SUFFIX_RE.search(content)
+    match = _suffix(content)
     if not match:
         return content, ()
     return content[: match.start()], tuple(dict.fromkeys(MARKER_RE.findall(match.group(1))))
 
 
 def is_derived(content: str) -> bool:
-    return _SUFFIX_RE.search(content) is not None
+    return _suffix(content) is not None
 
 
 def origin_of(message: Message, **extra: Any) -> dict[str, object]:

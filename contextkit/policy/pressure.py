@@ -20,7 +20,10 @@ in one large step, so that one cache break buys many append-only requests:
   ``trigger=0``, not here.) The last ``keep`` tool results (default 1), and any result the model
   has not answered yet, are never touched.
 * A pass that would free less than ``clear_at_least`` (default 0.10 of the limit) is not applied:
-  a cache break must be worth it. The history then stays as it is until the next request. Except
+  a cache break must be worth it. The history then stays as it is until the next request (and when
+  even rewriting everything a pass may rewrite could not free that much - ``most_freed``, from the
+  messages' sizes alone - the pass is not built at all: once earlier passes' stubs fill most of the
+  limit, that is every request until truncation makes room). Except
   when the request is at or above a hard limit (pressure >= 1): it cannot be sent as it is, the
   cache breaks anyway, and the cheapest rewrite is this one (no LLM) - whatever it frees.
 * ``trigger=0`` is the behaviour before pressure gating (rewrite on every request, no keep, no
@@ -51,11 +54,12 @@ and recovery act whatever the trigger says.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextkit.markers import ArchiveSink, extract_keys
+from contextkit.markers import ArchiveSink, extract_keys, recall_suffix
 from contextkit.messages import Message, assistant_turns
 from contextkit.policy.arguments import excerpt_call_arguments
 from contextkit.policy.budgets import is_budget_preview
@@ -67,12 +71,12 @@ from contextkit.policy.microcompact import (
     is_candidate,
     microcompact,
 )
-from contextkit.policy.reuse import call_text, clearing_order, referred_names
+from contextkit.policy.reuse import ARGUMENT_MIN_CHARS, call_text, clearing_order, referred_names
 from contextkit.policy.testing import StagedSink
-from contextkit.policy.trim import STUB_PREFIX, DedupReport, dedup_repeated_reads
+from contextkit.policy.trim import STUB_PREFIX, DedupReport, dedup_repeated_reads, read_blocks
 from contextkit.sizing import Measure, format_size
 
-__all__ = ["PressureConfig", "PressureReport", "pressure", "relieve_pressure"]
+__all__ = ["PressureConfig", "PressureReport", "most_freed", "pressure", "relieve_pressure"]
 
 ARGUMENT_EXCERPT_CHARS = 160  # what an excerpt of a call's bulky arguments keeps (its head, mostly)
 
@@ -171,26 +175,42 @@ def relieve_pressure(
     cap: int | None,
     config: PressureConfig | None = None,
     micro: MicrocompactConfig | None = None,
+    sizes: Callable[[Message], tuple[int, int]] | None = None,
 ) -> tuple[list[Message], PressureReport]:
     """One gated pass over ``history`` (see the module docstring). ``measure`` sizes a candidate
-    request exactly (tools and framing included)."""
+    request exactly (tools and framing included). ``sizes`` (optional): one message's bytes and
+    tokens as ``measure`` counts them; with it, a pass that could not free ``clear_at_least`` even
+    by rewriting everything it may rewrite is not attempted (``most_freed``)."""
     cfg = config or PressureConfig()
     micro = micro or MicrocompactConfig()
     m0 = measure(history)
     before = pressure(m0, window=window, cap=cap)
     if cfg.always_on:
         return _always_on(history, archive, micro, measure, window, cap, before, m0)
+    unchanged = PressureReport(before=before, after=before, bytes_before=m0.bytes, bytes_after=m0.bytes)
     if before < min(cfg.trigger, cfg.excerpt_trigger):
-        return list(history), PressureReport(before=before, after=before, bytes_before=m0.bytes, bytes_after=m0.bytes)
-    protect = kept_indices(history, cfg.keep)
-    sink = StagedSink(archive)
-    dd, mc = DedupReport(), MicrocompactReport()
+        return list(history), unchanged
+    previews: list[int] = []
     if before < cfg.trigger:  # the excerpt tier: previews of archived outputs only, all of them
         previews = [i for i, msg in enumerate(history) if is_budget_preview(msg)]
+        if not previews:  # whole results only: they wait for the trigger
+            return list(history), unchanged
+    protect = kept_indices(history, cfg.keep)
+    if sizes is not None and cfg.trigger <= before < 1.0:
+        most = most_freed(history, protect, sizes, window=window, cap=cap)
+        if most < cfg.clear_at_least:
+            # once the stubs of earlier passes fill most of the limit, every request lands here
+            # until truncation: the pass would be built, measured and thrown away each time
+            return list(history), _skipped(
+                PressureReport(before=before, bytes_before=m0.bytes, kept=len(protect)),
+                f"would free at most {most:.0%}, not worth a cache break",
+            )
+    sink = StagedSink(archive)
+    dd, mc = DedupReport(), MicrocompactReport()
+    if before < cfg.trigger:
         out, cleared = _clear(list(history), sink, protect, previews)
-        if not cleared:  # whole results only: they wait for the trigger
-            return list(history), PressureReport(before=before, after=before, bytes_before=m0.bytes,
-                                                 bytes_after=m0.bytes)  # fmt: skip
+        if not cleared:
+            return list(history), unchanged
         m = measure(out)
     else:
         out, dd = dedup_repeated_reads(history, archive=sink, protect=protect)
@@ -217,6 +237,54 @@ def relieve_pressure(
     if not sink.commit(out):
         return list(history), _skipped(report, "the archive refused an original")
     return out, report
+
+
+# what a read dedup stub is at the least (its path aside): a one-liner it replaces frees at most
+# the one-liner's size less this
+_SHORTEST_DEDUP_STUB = len(STUB_PREFIX + " superseded by a later read of the same file - 0 chars cleared]") + len(
+    recall_suffix(["0" * 16])
+)
+
+
+def most_freed(
+    history: Sequence[Message],
+    protect: Collection[int],
+    sizes: Callable[[Message], tuple[int, int]],
+    *,
+    window: int,
+    cap: int | None,
+) -> float:
+    """An upper bound on the share of the limit a pass over ``history`` can free: every tool result
+    it may clear freed whole; a one-liner already (which only read dedup rewrites) freed down to the
+    shortest dedup stub of its path, and only when a later read has that path; every assistant
+    message with bulky arguments freed whole. One walk of cheap tests over the messages and their
+    sizes (``sizes``: bytes, tokens), nothing built or measured."""
+    freed_bytes = freed_tokens = 0
+    later_paths: set[str] = set()  # of the reads after the message walked (read dedup's "later")
+    for i in range(len(history) - 1, -1, -1):
+        m = history[i]
+        if m.role == "assistant":
+            if i in protect or not any(len(c.arguments) > ARGUMENT_MIN_CHARS for c in m.tool_calls):
+                continue
+            b, t = sizes(m)
+        elif is_candidate(m) and not m.content.startswith(STUB_PREFIX):
+            paths = {block.path for block in read_blocks(m)}
+            one_liner = m.content.startswith(ONE_LINER_PREFIX)
+            dedup_possible = bool(paths) and paths <= later_paths
+            later_paths |= paths
+            if i in protect or (one_liner and not dedup_possible):
+                continue
+            b, t = sizes(m)
+            if one_liner:
+                # JSON with ASCII escapes is at least as long as the text on either route; the
+                # dedup stub names the read's path
+                b = max(0, min(b, len(json.dumps(m.content)) - 2 - _SHORTEST_DEDUP_STUB - min(map(len, paths))))
+        else:
+            continue
+        freed_bytes += b
+        freed_tokens += t
+    share = freed_tokens / window if window else 0.0
+    return max(share, freed_bytes / cap) if cap else share
 
 
 def _cited(history: Sequence[Message]) -> set[str]:

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Iterable, Sequence
+import threading
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from contextkit.messages import Message, ToolCall
 from contextkit.policy.arguments import is_archived_arguments
@@ -47,11 +49,41 @@ _LINE_MIN = 8  # shorter lines (braces, blank-ish) say nothing about which view 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[./][A-Za-z0-9_]+)*")
 _CAMEL_RE = re.compile(r"[a-z][A-Z]|[A-Z][a-z]+[A-Z]")
 _CALL_CHARS = 60
+_MEMO_CHARS = 4_000_000  # texts each memo below holds at most, in characters (a few sessions' histories)
+
+_T = TypeVar("_T")
 
 
-def names(text: str) -> list[str]:
-    """Code-like names in ``text``, in order of first appearance: at least 4 characters, with ``_``,
-    ``.`` or ``/`` inside, or CamelCase (plain words are not names)."""
+class _Memo(Generic[_T]):
+    """What a function of a text gave for that text, kept until ``_MEMO_CHARS`` characters of texts
+    are held (the oldest go first). Every pass reads the same old outputs again - ``rank`` and
+    ``referred_names`` walk the whole history each time - so without it each pass costs regular
+    expressions over every byte of the history, not only over what is new. A text is found again by
+    equality (its hash is computed once per string object), so equal texts share one entry."""
+
+    def __init__(self, fn: Callable[[str], _T]) -> None:
+        self._fn = fn
+        self._known: dict[str, _T] = {}
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, text: str) -> _T:
+        known = self._known.get(text)
+        if known is not None:
+            return known
+        value = self._fn(text)
+        with self._lock:
+            if text not in self._known:
+                self._known[text] = value
+                self._chars += len(text)
+                while self._chars > _MEMO_CHARS and self._known:
+                    oldest = next(iter(self._known))
+                    self._chars -= len(oldest)
+                    del self._known[oldest]
+        return value
+
+
+def _scan_names(text: str) -> tuple[str, ...]:
     out: dict[str, None] = {}
     for tok in _NAME_RE.findall(text):
         tok = tok.strip("./")
@@ -59,7 +91,16 @@ def names(text: str) -> list[str]:
             continue
         if "_" in tok.strip("_") or "." in tok or "/" in tok or _CAMEL_RE.search(tok):
             out[tok] = None
-    return list(out)
+    return tuple(out)
+
+
+_names = _Memo(_scan_names)
+
+
+def names(text: str) -> list[str]:
+    """Code-like names in ``text``, in order of first appearance: at least 4 characters, with ``_``,
+    ``.`` or ``/`` inside, or CamelCase (plain words are not names)."""
+    return list(_names(text))
 
 
 def _is_result(m: Message) -> bool:
@@ -73,9 +114,9 @@ def referred_names(history: Sequence[Message]) -> set[str]:
     for m in history:
         if _is_result(m):
             continue
-        out.update(names(m.content))
+        out.update(_names(m.content))
         for call in m.tool_calls:
-            out.update(names(call.arguments))
+            out.update(_names(call.arguments))
     return out
 
 
@@ -103,7 +144,7 @@ def stub_names(
     at most ``limit`` and ``chars`` characters together. (On the recorded runs replayed at a 16k
     window, 6 names in 140 characters kept more of the agent's next names in view than 4 in 100,
     for the same billed input; 8 in 180 kept fewer.)"""
-    fresh = [n for n in names(text) if n not in referred and "<<" not in n and n not in said]
+    fresh = [n for n in _names(text) if n not in referred and "<<" not in n and n not in said]
     fresh.sort(key=lambda n: "/" not in n)  # stable: paths first, each group in order of appearance
     out: list[str] = []
     used = 0
@@ -133,8 +174,11 @@ class Candidate:
         return (not self.superseded, self.unused / max(1, self.size), self.index)
 
 
-def _lines(text: str) -> set[str]:
-    return {s for line in text.splitlines() if len(s := line.strip()) >= _LINE_MIN}
+def _scan_lines(text: str) -> frozenset[str]:
+    return frozenset(s for line in text.splitlines() if len(s := line.strip()) >= _LINE_MIN)
+
+
+_lines = _Memo(_scan_lines)
 
 
 def rank(
@@ -156,7 +200,7 @@ def rank(
         m = history[i]
         call = calls.get(m.tool_call_id or "")
         signature = (call.name, call.arguments) if call is not None else None
-        held = names(m.content)
+        held = _names(m.content)
         lines = _lines(m.content)
         if i not in skip:
             again = signature is not None and signature in later_calls

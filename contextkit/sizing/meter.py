@@ -4,6 +4,7 @@ what is new in it (see the class docstring)."""
 from __future__ import annotations
 
 import json
+import math
 import operator
 import os
 import re
@@ -221,6 +222,12 @@ class RequestMeter:
         """One message's bytes as this route escapes its texts (for budgets; the request total
         is ``measure``)."""
         return self._sizes(message)[0]
+
+    def message_sizes(self, message: Message) -> tuple[int, int]:
+        """One message's bytes (as ``message_bytes``) and tokens at the calibrated ratio, rounded
+        up: what it adds to ``measure``'s totals at most."""
+        size, tokens = self._sizes(message)
+        return size, math.ceil(tokens * self.ratio)
 
     def retain(self, messages: Iterable[Message]) -> None:
         """Forget every cached message not in ``messages``. The cache holds the messages themselves,
