@@ -59,7 +59,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextkit.markers import ArchiveSink, extract_keys, recall_suffix
+from contextkit.markers import ArchiveSink, extract_keys
 from contextkit.messages import Message, assistant_turns
 from contextkit.policy.arguments import excerpt_call_arguments
 from contextkit.policy.budgets import is_budget_preview
@@ -73,7 +73,13 @@ from contextkit.policy.microcompact import (
 )
 from contextkit.policy.reuse import ARGUMENT_MIN_CHARS, call_text, clearing_order, referred_names
 from contextkit.policy.testing import StagedSink
-from contextkit.policy.trim import STUB_PREFIX, DedupReport, dedup_repeated_reads, read_blocks
+from contextkit.policy.trim import (
+    SHORTEST_SUPERSEDED_STUB,
+    STUB_PREFIX,
+    DedupReport,
+    dedup_repeated_reads,
+    read_blocks,
+)
 from contextkit.sizing import Measure, format_size
 
 __all__ = ["PressureConfig", "PressureReport", "most_freed", "pressure", "relieve_pressure"]
@@ -239,13 +245,6 @@ def relieve_pressure(
     return out, report
 
 
-# what a read dedup stub is at the least (its path aside): a one-liner it replaces frees at most
-# the one-liner's size less this
-_SHORTEST_DEDUP_STUB = len(STUB_PREFIX + " superseded by a later read of the same file - 0 chars cleared]") + len(
-    recall_suffix(["0" * 16])
-)
-
-
 def most_freed(
     history: Sequence[Message],
     protect: Collection[int],
@@ -278,7 +277,7 @@ def most_freed(
             if one_liner:
                 # JSON with ASCII escapes is at least as long as the text on either route; the
                 # dedup stub names the read's path
-                b = max(0, min(b, len(json.dumps(m.content)) - 2 - _SHORTEST_DEDUP_STUB - min(map(len, paths))))
+                b = max(0, min(b, len(json.dumps(m.content)) - 2 - SHORTEST_SUPERSEDED_STUB - min(map(len, paths))))
         else:
             continue
         freed_bytes += b

@@ -152,6 +152,16 @@ class DedupReport:
 _SUFFIX_OF_ONE = len(recall_suffix(["0" * 16]))  # the recall suffix citing one key: the shortest there is
 
 
+def superseded_stub(what: str, chars: int) -> str:
+    """The stub of a read a later read covers (``what``: its blocks; ``chars``: its size), before its
+    recall suffix."""
+    return f"{STUB_PREFIX}{what} superseded by a later read of the same file - {chars} chars cleared]"
+
+
+# the shortest such stub with its suffix, ``what`` aside: what the pressure pass's bound assumes
+SHORTEST_SUPERSEDED_STUB = len(superseded_stub("", 0)) + _SUFFIX_OF_ONE
+
+
 def dedup_repeated_reads(
     history: Sequence[Message], *, archive: ArchiveSink, protect: Collection[int] = ()
 ) -> tuple[list[Message], DedupReport]:
@@ -170,7 +180,7 @@ def dedup_repeated_reads(
         if i not in protect and all(any(b.covered_by(x) for x in later.get(b.path, ())) for b in blocks):
             m = history[i]
             what = ", ".join(dict.fromkeys(b.describe() for b in blocks))
-            stub = f"{STUB_PREFIX}{what} superseded by a later read of the same file - {len(m.content)} chars cleared]"
+            stub = superseded_stub(what, len(m.content))
             # a stub with its recall suffix is at least _SUFFIX_OF_ONE longer: when that is not shorter
             # (an old read cleared to a one-liner already), the original is not looked up or staged again
             too_long = "<<ccr:" not in stub and len(stub) + _SUFFIX_OF_ONE >= len(m.content)
