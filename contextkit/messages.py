@@ -75,7 +75,8 @@ class Message:
     Metadata: ``turn`` (assistant turns before it), ``preserve_verbatim`` (never reduced by
     compaction), ``origin`` (tool/path/lines), ``is_summary`` / ``summary_of`` (produced by
     compaction), ``is_recall`` (recall output: never re-archived), ``reasoning`` (provider
-    reasoning text, stripped from old turns), ``synthetic`` (injected by pairing repair),
+    reasoning text, stripped from old turns), ``synthetic`` (written by contextkit, not the user:
+    pairing repair's results, notices, re-attached verbatim results),
     ``age_out_after`` (after this many later user turns the message becomes a one-line stub whose
     original is archived and recallable: ``age_messages``).
     """

@@ -164,7 +164,8 @@ print("stored fields of one piece:", sorted(trace.pieces[0].to_dict()))
 # Two runs of the same agent (a file per turn, a 12k-token window, a 64 KB gateway):
 #
 # * **contextkit** — old tool results are rewritten only when the request reaches 60% of the window
-#   or the cap (`Limits.pressure_trigger`), then in one batch down to 40%, keeping the newest result;
+#   or the cap (`Limits.pressure_trigger`), then in one batch down to 25% (`Limits.pressure_target`),
+#   keeping the newest result;
 # * **always on** — `Limits(pressure_trigger=0)`, how contextkit behaved before: microcompact rewrote
 #   old tool results on every request.
 

@@ -642,3 +642,35 @@ def test_short_history_never_calls_the_summarizer() -> None:
     result = compactor.compact(h, summarizer=summarizer, trigger="manual", budget=10**6, measure=measure)
     assert summarizer.calls == 0 and result.outcome == "skipped" and result.history == h
     assert any(e.detail == "too_small" for e in result.events)
+
+
+def agent_run(rounds: int) -> list[Message]:
+    """One task and its tool rounds: the whole run is the chain of one user message."""
+    h = [Message.system("you fix bugs"), Message.user("the task: fix the bug in io.py")]
+    for i in range(rounds):
+        h += [Message.assistant(f"step {i}", [ToolCall(f"c{i}", "bash", "{}")]), Message.tool(f"c{i}", f"out {i} " * 300)]
+    return h
+
+
+def test_an_agent_run_is_truncated_down_to_the_target_not_just_below_the_budget() -> None:
+    """Cutting only to the budget that triggered the pass would leave the next few requests over it
+    again, each truncation a rewrite of everything after the task (a full prompt-cache miss)."""
+    history = agent_run(30)
+    budget = measure(history) // 2
+    limits = Limits(min_keep_recent=2, emergency_keep_messages=40)  # keep alone would cut less than the budget asks
+    plain, _, _ = make(limits)
+    to_budget = plain.compact(history, summarizer=None, budget=budget, measure=measure)
+    deeper, archive, _ = make(limits)
+    to_target = deeper.compact(history, summarizer=None, budget=budget, measure=measure, target=budget // 3)
+    assert to_budget.stage == to_target.stage == "truncation"
+    assert measure(to_target.history) <= budget // 3 < measure(to_budget.history) <= budget
+    assert to_target.history[:2] == history[:2]  # the system prompt and the task, still the cached prefix
+    assert to_target.history[-2:] == history[-2:] and find_orphans(to_target.history) == ([], [])
+    assert_nothing_lost(history, to_target.history, archive)
+
+
+@pytest.mark.parametrize("target", [0, -5, 2.5, True])
+def test_a_target_that_is_not_a_positive_size_is_refused(target: Any) -> None:
+    compactor, _, _ = make()
+    with pytest.raises(ValueError, match="target must be a positive number of request bytes"):
+        compactor.compact(agent_run(3), summarizer=None, budget=1000, measure=measure, target=target)

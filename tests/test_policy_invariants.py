@@ -144,7 +144,7 @@ def checked_base(raw: list[Message], sink: MemorySink) -> list[Message]:
 
 
 def newest_user(h: Sequence[Message]) -> Message | None:
-    return next((m for m in reversed(h) if m.role == "user"), None)
+    return next((m for m in reversed(h) if m.role == "user" and not m.synthetic), None)
 
 
 def task_bytes(h: Sequence[Message]) -> int:

@@ -4,7 +4,7 @@ cap, the compactor's truncation cases, and the downgrade of a verbatim tool resu
 from __future__ import annotations
 
 from contextkit.markers import extract_keys
-from contextkit.messages import Message, ToolCall
+from contextkit.messages import Message, ToolCall, newest_request_index
 from contextkit.policy.expand import expand_markers
 from contextkit.policy.pairing import find_orphans
 from contextkit.policy.testing import MemorySink
@@ -33,7 +33,7 @@ def test_nuclear_caps_kept_message_content():
 def test_truncation_cuts_inside_an_agent_chain_but_keeps_the_task_and_the_newest_round():
     """keep=4 on an agent chain of 9 messages since the user's request: the cut goes inside the chain
     at the start of a tool round (an agent run's whole trajectory is that chain, so protecting all of
-    it let nothing go); the request is re-attached after the notice, the newest round is kept."""
+    it let nothing go); the request is kept before the notice, the newest round is kept."""
     sink = MemorySink()
     chain: list[Message] = []
     for i in range(4):
@@ -43,11 +43,12 @@ def test_truncation_cuts_inside_an_agent_chain_but_keeps_the_task_and_the_newest
          Message.user("fix the bug in io.py"), *chain, Message.assistant("done")]  # fmt: skip
     out, r = emergency_truncate(h, keep=4, archive=sink)
     assert out[0].role == "system" and r.dropped == 8
-    assert out[1].is_summary and "8 messages removed" in out[1].content
-    assert out[2].content == "fix the bug in io.py"  # the task text, whole, still the newest user message
+    assert out[1].content == "fix the bug in io.py"  # the task text, whole, still the newest user message
+    assert out[2].is_summary and out[2].synthetic and "8 messages removed" in out[2].content
+    assert newest_request_index(out) == 1
     assert out[3:] == [*chain[-2:], h[-1]]  # the newest round, untouched
     assert find_orphans(out) == ([], [])
-    transcript = expand_markers(out[1].content, sink)
+    transcript = expand_markers(out[2].content, sink)
     assert "old question" in transcript and "result 2" in transcript  # archived before it was dropped
 
 
@@ -59,7 +60,7 @@ def test_truncation_never_cuts_past_the_newest_tool_round():
          Message.assistant("", [calls[0]]), Message.tool("c0", "a" * 3000),
          Message.assistant("", calls[1:]), Message.tool("c1", "b" * 3000), Message.tool("c2", "c" * 3000)]  # fmt: skip
     out, r = emergency_truncate(h, keep=1, archive=sink)
-    assert [m.content[:1] for m in out] == ["s", "[", "t", "", "b", "c"]
+    assert [m.content[:1] for m in out] == ["s", "t", "[", "", "b", "c"]
     assert r.dropped == 2 and find_orphans(out) == ([], [])
 
 
@@ -185,3 +186,59 @@ def test_the_task_is_the_newest_message_the_user_wrote():
     out, _ = emergency_truncate(h, keep=1, archive=sink, per_message_cap=4000)
     assert [m.content for m in out if m.role == "user" and not m.is_summary][:1] == ["write the report"]
     assert out[-1].content == CONTINUATION
+
+
+def agent_run(rounds: int, size: int = 2_000) -> list[Message]:
+    h = [Message.system("you fix bugs"), Message.user("the task: fix the bug in io.py " * 20)]
+    for i in range(rounds):
+        h += [Message.assistant(f"step {i}", [ToolCall(f"c{i}", "bash", "{}")]), Message.tool(f"c{i}", f"out {i} " * (size // 6))]
+    return h
+
+
+def chars(history: object) -> int:
+    return sum(len(m.content) for m in history)  # type: ignore[attr-defined]
+
+
+def test_a_second_truncation_keeps_the_system_prompt_and_the_task_as_they_were():
+    """The provider caches a prompt's prefix: a truncation rewrites the notice, so what comes before it
+    (the system prompt, then the task) is all a later truncation can leave cached. The notice is
+    synthetic: the task stays the newest user message through any number of truncations (were the
+    notice counted as one, the second truncation would take it for the task and drop the real one)."""
+    sink = MemorySink()
+    first, _ = emergency_truncate(agent_run(12), keep=4, archive=sink)
+    grown = first + agent_run(8)[2:]
+    second, r = emergency_truncate(grown, keep=4, archive=sink)
+    assert r.dropped and second[:2] == first[:2] == agent_run(0)
+    assert second[2].is_summary and second[2].content != first[2].content
+    assert newest_request_index(second) == 1
+    # the entries of the first notice are carried over: every original stays one recall away
+    assert set(extract_keys(first[2].content)) - {first_key(first)} <= set(extract_keys(second[2].content)) | {
+        first_key(first)
+    }
+
+
+def first_key(history: list[Message]) -> str:
+    return extract_keys(history[2].content)[0]
+
+
+def test_a_target_cuts_further_than_keep_at_the_start_of_a_round():
+    """With a target the tail is cut, round by round, until the result fits; never past the newest
+    round, and the task survives."""
+    sink = MemorySink()
+    h = agent_run(20)
+    plain, _ = emergency_truncate(h, keep=12, archive=sink)
+    target = chars(plain) // 2
+    fitted, r = emergency_truncate(h, keep=12, archive=sink, target=target, measure=chars)
+    assert chars(fitted) <= target < chars(plain)
+    assert fitted[:2] == h[:2] and fitted[3].role == "assistant" and find_orphans(fitted) == ([], [])
+    assert fitted[-2:] == h[-2:] and r.kept < 12
+    # the first cut that fits: one round more would not fit
+    bigger, _ = emergency_truncate(h, keep=r.kept + 2, archive=sink)
+    assert chars(bigger) > target
+
+
+def test_a_target_nothing_reaches_keeps_only_the_newest_round():
+    sink = MemorySink()
+    h = agent_run(6, size=9_000)
+    out, r = emergency_truncate(h, keep=10, archive=sink, target=10, measure=chars)
+    assert out[:2] == h[:2] and out[3:] == h[-2:] and r.kept == 2

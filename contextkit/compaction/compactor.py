@@ -149,8 +149,11 @@ class Compactor(SummaryStage):
     # the flow -----------------------------------------------------------------------------------
     def flow(self, history: Sequence[Message], *, trigger: str, budget: int, measure: Measure,
              instruction: str | None = None, summarizer_window: int | None = None,
-             token_measure: Measure | None = None, use_summary: bool = True) -> Flow:  # fmt: skip
+             token_measure: Measure | None = None, use_summary: bool = True, target: int | None = None) -> Flow:  # fmt: skip
         """One pass. Yields summary requests; send back a ``SummaryResponse`` or the exception the call raised.
+
+        ``budget`` is the size the pass must reach; ``target`` (at most ``budget``; default: the budget)
+        the size its truncation stage cuts down to, when the pass comes to dropping messages.
 
         Throw ``KeyboardInterrupt`` / ``asyncio.CancelledError`` into it to cancel: it reports the
         cancellation and re-raises, and nothing of the pass is kept.
@@ -163,7 +166,10 @@ class Compactor(SummaryStage):
         before = list(history)
         run = Pass(list(before), measure, token_measure)
         tokens = run.tokens() if token_measure else None
-        info = CompactionInfo(trigger, self.session_id, budget, len(before), run.bytes, tokens, instruction=instruction)
+        if target is not None and (isinstance(target, bool) or not isinstance(target, int) or target <= 0):
+            raise ValueError(f"target must be a positive number of request bytes, got {target!r}")
+        info = CompactionInfo(trigger, self.session_id, budget, len(before), run.bytes, tokens, instruction=instruction,
+                              target=min(target, budget) if target else budget)  # fmt: skip
         if self.pre_compact is not None and self.pre_compact(info) is False and trigger == "auto":
             self._emit(run, info, "start", "Compaction vetoed by the pre_compact hook", "skipped", detail="vetoed")
             return self._finish(run, before, info, started, vetoed=True)
@@ -235,8 +241,9 @@ class Compactor(SummaryStage):
         text = "Last resort (truncation): drop old messages, else cut the biggest - all archived first"
         self._emit(run, info, "truncate", text, "running", "truncation")
         new, report = truncate.emergency_truncate(
-            run.history, keep=self.limits.emergency_keep_messages, archive=self.archive
-        )
+            run.history, keep=self.limits.emergency_keep_messages, archive=self.archive,
+            target=info.target if info.target < info.budget else None, measure=run.measure,
+        )  # fmt: skip
         if report.changed:
             self._flush(dropped(run.history, new), info, "truncate")
         changed = run.take(new, report, "truncation")
@@ -316,10 +323,10 @@ class Compactor(SummaryStage):
 
     def compact(self, history: Sequence[Message], *, summarizer: Summarizer | None, trigger: str = "auto", budget: int,
                 measure: Measure, instruction: str | None = None, summarizer_window: int | None = None,
-                token_measure: Measure | None = None) -> CompactionResult:  # fmt: skip
+                token_measure: Measure | None = None, target: int | None = None) -> CompactionResult:  # fmt: skip
         """Run one pass, answering summary requests with ``summarizer`` (None: no summary stage)."""
         gen = self._start(history, summarizer, summarizer_window, trigger=trigger, budget=budget, measure=measure,
-                          instruction=instruction, token_measure=token_measure)  # fmt: skip
+                          instruction=instruction, token_measure=token_measure, target=target)  # fmt: skip
         try:
             request = next(gen)
             while True:
@@ -338,10 +345,11 @@ class Compactor(SummaryStage):
 
     async def acompact(self, history: Sequence[Message], *, summarizer: Summarizer | None, trigger: str = "auto",
                        budget: int, measure: Measure, instruction: str | None = None,
-                       summarizer_window: int | None = None, token_measure: Measure | None = None) -> CompactionResult:  # fmt: skip
+                       summarizer_window: int | None = None, token_measure: Measure | None = None,
+                       target: int | None = None) -> CompactionResult:  # fmt: skip
         """Async twin of ``compact``; cancelling the task leaves the history untouched."""
         gen = self._start(history, summarizer, summarizer_window, trigger=trigger, budget=budget, measure=measure,
-                          instruction=instruction, token_measure=token_measure)  # fmt: skip
+                          instruction=instruction, token_measure=token_measure, target=target)  # fmt: skip
         try:
             request = next(gen)
             while True:

@@ -36,6 +36,7 @@ class CompactionInfo:
     outcome: str = "running"  # running | applied | skipped | cancelled
     phase: str = "start"
     instruction: str | None = None
+    target: int = 0  # the size the truncation stage cuts down to, at most ``budget`` (0: the budget)
 
 
 @dataclass

@@ -280,13 +280,25 @@ def compact_if_needed(ctx: FlowContext, *, trigger: str = "auto") -> Flow:
     budget = byte_budget(ctx, m, ratio)
     if m.bytes <= budget:
         return
-    result = yield from run_compaction(ctx, trigger=trigger, budget=budget)
+    result = yield from run_compaction(ctx, trigger=trigger, budget=budget, target=truncation_target(ctx, m))
     if result.changed:
         st.history = list(result.history)
         emit_history(ctx, "compaction")
 
 
-def run_compaction(ctx: FlowContext, *, trigger: str, budget: int, instruction: str | None = None) -> Flow:
+def truncation_target(ctx: FlowContext, m: Measure) -> int:
+    """The size an automatic compaction that comes to truncating cuts down to: ``Limits.pressure_target``
+    of the window (in this history's bytes) or of the payload cap, whichever is smaller. Cutting only
+    to the budget that triggered it would leave the request at the trigger, and the next few requests
+    would rewrite the head of the history again, each a full prompt-cache miss."""
+    st = ctx.state
+    target = byte_budget(ctx, m, st.limits.pressure_target)
+    return max(1, min(target, int(st.limits.pressure_target * st.cap))) if st.cap else target
+
+
+def run_compaction(
+    ctx: FlowContext, *, trigger: str, budget: int, instruction: str | None = None, target: int | None = None
+) -> Flow:
     """One compactor pass over the session history; returns its ``CompactionResult``."""
     st = ctx.state
     pass_ = ctx.compactor.flow(
@@ -296,6 +308,7 @@ def run_compaction(ctx: FlowContext, *, trigger: str, budget: int, instruction: 
         measure=lambda h: measure(ctx, h).bytes,
         instruction=instruction,
         summarizer_window=summarizer_window(ctx),
+        target=target,
     )
     return (yield from watch_summaries(ctx, pass_))
 

@@ -105,12 +105,18 @@ DOWNGRADE_PREFIX = "[recalled original - tool result {id}, kept verbatim through
 
 def tool_result_as_user(message: Message) -> Message:
     """A verbatim tool result re-attached after its call was summarized or dropped becomes a user
-    message, else pairing repair would delete it as an orphan."""
+    message, else pairing repair would delete it as an orphan. It is ``synthetic``: the user did not
+    write it, so it never stands in for the task (``newest_request_index``) on a later pass."""
     if message.role != "tool" and not message.tool_call_id:
         return message
     prefix = DOWNGRADE_PREFIX.format(id=message.tool_call_id) if message.tool_call_id else ""
     return message.evolve(
-        role="user", content=prefix + message.content, tool_call_id=None, name=None, preserve_verbatim=True
+        role="user",
+        content=prefix + message.content,
+        tool_call_id=None,
+        name=None,
+        preserve_verbatim=True,
+        synthetic=True,
     )
 
 

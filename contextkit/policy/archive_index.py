@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from contextkit.markers import MARKER_RE, extract_keys, marker
 from contextkit.messages import Message, ToolCall
 from contextkit.policy._common import describe_origin, split_suffix
+from contextkit.policy.microcompact import ONE_LINER_PREFIX
 
 __all__ = ["INDEX_HEADER", "MAX_ENTRIES", "carried_entries", "index_block", "index_entries", "split_index"]
 
@@ -69,10 +70,20 @@ def _call_text(call: ToolCall | None) -> str:
     return f"{call.name}({args})"
 
 
-def _entry(message: Message, keys: Sequence[str], call: str) -> str:
+def _entry(message: Message, keys: Sequence[str], call: ToolCall | None) -> str:
     body, _ = split_suffix(message.content)
     first = body.strip().split("\n", 1)[0] if body.strip().startswith("[") else ""
-    what = " ".join(x for x in (call or message.role, describe_origin(message) if not call else "", first) if x)
+    said = False
+    if first.startswith(ONE_LINER_PREFIX):
+        # a one-liner already says what the output was (size, type, the call, names it holds): the
+        # entry is that line, without the call written out a second time in front of it
+        first = "[" + first[len(ONE_LINER_PREFIX) :]
+        said = call is not None and f"{call.name}:" in first
+    if said:
+        what = first
+    else:
+        lead = _call_text(call)
+        what = " ".join(x for x in (lead or message.role, describe_origin(message) if not lead else "", first) if x)
     cites = " ".join(marker(k) for k in keys)
     room = ENTRY_CHARS - len(cites) - 4
     if len(what) > room:
@@ -106,7 +117,7 @@ def index_entries(messages: Sequence[Message]) -> list[str]:
         _, keys = split_suffix(m.content)
         keys = keys or tuple(extract_keys(_without_index(m.content)))
         if keys:
-            add(_entry(m, keys, _call_text(call)), keys)
+            add(_entry(m, keys, call), keys)
     return out[-MAX_ENTRIES:]
 
 

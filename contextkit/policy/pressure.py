@@ -14,7 +14,7 @@ in one large step, so that one cache break buys many append-only requests:
   ``policy/reuse.py`` - what the agent is least likely to use again first (superseded results and
   the bulky arguments of calls that ran, then the results with the fewest names it has not referred
   to yet per byte, oldest first) - each result becoming a one-liner that names its call and a few
-  names it held, until the request is at ``target`` (default 0.40) and at least ``clear_at_least``
+  names it held, until the request is at ``target`` (default 0.25) and at least ``clear_at_least``
   below where the pass began, and no further: what the agent may still need stays verbatim. (Aging
   by turns, ``microcompact``, clears by age alone; it runs in compaction's trim stage and with
   ``trigger=0``, not here.) The last ``keep`` tool results (default 1), and any result the model
@@ -92,7 +92,7 @@ class PressureConfig:
     """When and how much the no-LLM rewrites act. Shares are of the tighter limit (window or cap)."""
 
     trigger: float = 0.60
-    target: float = 0.40
+    target: float = 0.25
     keep: int = 1
     clear_at_least: float = 0.10
     excerpt_trigger: float = 0.30

@@ -6,8 +6,12 @@ preserve_verbatim message (re-attached after the notice, downgraded to a user me
 tool result whose call is gone). The task always survives. In a chat the kept tail never starts
 after the newest user message. In an agent run (tool rounds after the newest user message: its whole
 trajectory is that message's chain) the tail may start inside the chain, at the start of a tool round,
-but never after the newest round, and the task message is kept after the notice (still the newest user message), so a run of
-hundreds of rounds fits a small window. The dropped messages are archived as one transcript before anything is removed; the
+but never after the newest round, and the task message is kept before the notice (still the newest
+user message, the notice being synthetic), so a run of hundreds of rounds fits a small window and each
+later truncation still finds the system prompt and the task in the provider's prompt cache. There,
+with a ``target``, the tail is shortened further, cut by allowed cut, until the result fits it: the
+compactor cuts to a size below the one that triggered it, so the head is not rewritten again a few
+requests later. The dropped messages are archived as one transcript before anything is removed; the
 notice cites it. ``per_message_cap`` (nuclear: 4000) then cuts long non-system, non-verbatim messages
 end-preserving, each original archived first - except the newest user message, which only the
 oversize rule (``policy.oversize``) may shorten.
@@ -15,10 +19,10 @@ oversize rule (``policy.oversize``) may shorten.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from contextkit.markers import ArchiveSink, marker, recall_suffix
+from contextkit.markers import KEY_LENGTH, ArchiveSink, marker, recall_suffix
 from contextkit.messages import Message, newest_request_index, newest_tool_round, render_transcript
 from contextkit.policy._common import cap_end_preserving, tool_result_as_user
 from contextkit.policy.archive_index import index_block
@@ -68,7 +72,12 @@ def emergency_truncate(
     keep: int,
     archive: ArchiveSink,
     per_message_cap: int | None = None,
+    target: int | None = None,
+    measure: Callable[[Sequence[Message]], int] | None = None,
 ) -> tuple[list[Message], TruncateReport]:
+    """Keep the last ``keep`` messages (snapped to a cut the conversation allows); in an agent run,
+    with ``target`` and ``measure``, fewer when the result would still measure above ``target`` - the
+    tail then starts at the first allowed cut whose result fits, or at the latest cut when none does."""
     systems = [m for m in history if m.role == "system"]
     rest = [m for m in history if m.role != "system"]
     newest = newest_request_index(rest)
@@ -78,19 +87,24 @@ def emergency_truncate(
     if newest is not None and last_round is not None and start > newest:
         # an agent run: its whole trajectory is the chain of the newest user message, so the cut goes
         # inside the chain, at the start of a tool round, never past the newest round; the task
-        # message itself is kept and re-attached after the notice
-        while start < last_round and rest[start].role != "assistant":
-            start += 1
-        start = min(start, last_round)
+        # message itself is kept, before the notice
         task = rest[newest]
+        cuts = [i for i in range(newest + 1, last_round + 1) if rest[i].role == "assistant"]
     else:
-        while start < len(rest) and rest[start].role != "user":
-            start += 1
+        cuts = [i for i in range(len(rest)) if rest[i].role == "user"]
         if newest is not None:
-            start = min(start, newest)  # the task survives: never cut past the newest user message
-    dropped, kept = [m for m in rest[:start] if m is not task], rest[start:]
-    removed = [m for m in dropped if not m.preserve_verbatim]
-    verbatim = [m for m in dropped if m.preserve_verbatim]
+            cuts = [i for i in cuts if i <= newest]  # the task survives: never cut past the newest user message
+        else:
+            cuts.append(len(rest))
+    later = [i for i in cuts if i >= start]
+    start = later[0] if later else cuts[-1]
+    if task is not None and target is not None and measure is not None:
+        # only in an agent run: there every cut drops a tool round the archive index names, while in
+        # a chat a deeper cut would drop whole exchanges the user wrote, and an oversized message in
+        # the kept tail is the shrink step's to cut, not a reason to drop everything before it
+        start = _fitting_start(systems, rest, task, newest, [i for i in cuts if i >= start], target, measure)
+    removed, verbatim = _dropped(rest, start, newest if task is not None else None)
+    kept = rest[start:]
     keys: list[str] = []
     segment_key: str | None = None
     if removed:
@@ -106,9 +120,8 @@ def emergency_truncate(
             text = truncation_notice(len(removed), segment_key) + index
         else:
             text = RECOVERY_NOTICE + index + recall_suffix([segment_key])
-        notice = Message.user(text, is_summary=True, summary_of=len(removed))
-        # the task goes after the notice and the re-attached originals: it stays the newest user message
-        out = [*systems, notice, *(tool_result_as_user(m) for m in verbatim), *([task] if task else []), *kept]
+        notice = Message.user(text, is_summary=True, summary_of=len(removed), synthetic=True)
+        out = _assemble(systems, task, notice, verbatim, kept)
     else:
         out = [*systems, *rest]
     moved = not removed and list(history) != out
@@ -136,3 +149,47 @@ def emergency_truncate(
         moved_systems=moved,
     )
     return (out if report.changed else list(history)), report
+
+
+def _dropped(rest: list[Message], start: int, task_index: int | None) -> tuple[list[Message], list[Message]]:
+    """(the messages before ``start`` that are removed, the preserve_verbatim ones re-attached), the
+    task at ``task_index`` being neither."""
+    dropped = [m for i, m in enumerate(rest[:start]) if i != task_index]
+    return [m for m in dropped if not m.preserve_verbatim], [m for m in dropped if m.preserve_verbatim]
+
+
+def _assemble(
+    systems: list[Message], task: Message | None, notice: Message, verbatim: list[Message], kept: list[Message]
+) -> list[Message]:
+    # The task goes before the notice: it is the oldest message a run keeps, so a later truncation
+    # (which rewrites the notice) still finds the system prompt and the task in the provider's prompt
+    # cache. Verbatim messages the user wrote stay before it (the task stays the newest user message);
+    # the notice and re-attached tool results are synthetic, so they never stand in for it.
+    attached = [tool_result_as_user(m) for m in verbatim]
+    if task is None:
+        return [*systems, notice, *attached, *kept]
+    own = [m.role == "user" and not m.synthetic for m in attached]
+    before = [m for m, o in zip(attached, own, strict=True) if o]
+    after = [m for m, o in zip(attached, own, strict=True) if not o]
+    return [*systems, *before, task, notice, *after, *kept]
+
+
+def _fitting_start(
+    systems: list[Message],
+    rest: list[Message],
+    task: Message | None,
+    task_index: int | None,
+    starts: list[int],
+    target: int,
+    measure: Callable[[Sequence[Message]], int],
+) -> int:
+    """The first of ``starts`` whose truncated history measures at most ``target`` (the notice sized
+    with a stand-in marker of the real one's length), else the last: the size the pass cuts down to,
+    not merely the size that triggered it, so one rewrite of the head buys many append-only requests."""
+    stand_in = "0" * KEY_LENGTH
+    for start in starts:
+        removed, verbatim = _dropped(rest, start, task_index)
+        notice = Message.user(truncation_notice(len(removed), stand_in) + index_block(removed), synthetic=True)
+        if measure(_assemble(systems, task, notice, verbatim, rest[start:])) <= target:
+            return start
+    return starts[-1] if starts else len(rest)
