@@ -265,3 +265,41 @@ def test_shrink_leaves_systems_when_they_alone_do_not_fit(raw: list[Message]) ->
     assert not report.within_budget and [m for m in out if m.role == "system"] == [
         m for m in base if m.role == "system"
     ]
+
+
+@settings(PROFILE, max_examples=300)
+@given(histories(), histories(), st.sampled_from([500, 3_000, 20_000]), st.booleans())
+def test_a_check_that_starts_after_its_settled_prefix_decides_as_a_whole_check(
+    raw: list[Message], more: list[Message], per_result: int, extend_round: bool
+) -> None:
+    """The flow checks pairing and the tool-result budgets only from what a history gained since the
+    check last passed it (``valid_prefix``, ``settled``): on any grown history the answer must be the
+    whole check's, including a result appended to a round the settled part had closed."""
+    settled, _ = repair_tool_pairing(raw, archive=MemorySink())
+    tail = more[1:]
+    if extend_round:
+        tail = [Message.tool("c0_0", "late result"), *tail]  # answers a call of the settled part, or none
+    grown = [*settled, *tail]
+    whole, whole_report = repair_tool_pairing(grown, archive=MemorySink())
+    part, part_report = repair_tool_pairing(grown, archive=MemorySink(), valid_prefix=len(settled))
+    assert part == whole and part_report.changed == whole_report.changed
+    limits = {"turn_budget": per_result * 2, "per_result": per_result}
+    budgeted, _ = enforce_tool_result_budgets(settled, archive=MemorySink(), **limits)
+    grown = [*budgeted, *tail]
+    assert (
+        enforce_tool_result_budgets(grown, archive=MemorySink(), settled=len(budgeted), **limits)[0]
+        == enforce_tool_result_budgets(grown, archive=MemorySink(), **limits)[0]
+    )
+
+
+@settings(PROFILE, max_examples=300)
+@given(histories(), st.integers(-1, 4))
+def test_the_kept_results_are_the_newest_and_the_unanswered(raw: list[Message], keep: int) -> None:
+    """``kept_indices`` stops walking back once it has both; the whole walk is the reference."""
+    from contextkit.policy.microcompact import is_candidate
+    from contextkit.policy.pressure import kept_indices
+
+    results = [i for i, m in enumerate(raw) if m.role == "tool" or (m.role == "user" and is_candidate(m))]
+    last_assistant = max((i for i, m in enumerate(raw) if m.role == "assistant"), default=-1)
+    expected = set(results[-keep:] if keep > 0 else ()) | {i for i in results if i > last_assistant}
+    assert kept_indices(raw, keep) == expected

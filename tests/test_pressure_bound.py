@@ -149,7 +149,7 @@ def test_the_memo_holds_at_most_its_share_of_characters(monkeypatch) -> None:
     from contextkit.policy import reuse
 
     monkeypatch.setattr(reuse, "_MEMO_CHARS", 1_000)
-    memo = reuse._Memo(reuse._scan_names)
+    memo = reuse.TextMemo(reuse._scan_names)
     texts = [f"text_{i:02d} " * 20 for i in range(40)]  # 160 characters each
     for text in texts:
         assert memo(text) == reuse._scan_names(text)

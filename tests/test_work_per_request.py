@@ -5,13 +5,17 @@ per request do not grow with the history."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from contextkit import Limits, Session, ToolResult
 from contextkit.archive import Archive
 from contextkit.messages import Message
+from contextkit.policy import budgets, pairing
 from contextkit.sim import GatewaySimulator, Workspace
 from contextkit.sizing import RequestMeter, request_bytes
 
@@ -31,8 +35,25 @@ def per_request(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[floa
         return ToolResult(out.content, path=out.path, lines=out.lines)
 
     folder = tmp_path_factory.mktemp("work")
-    counts: dict[str, list[float]] = {"calls": [], "summed": [], "serialised": [], "history": []}
-    with GatewaySimulator(max_body="64KB", reject_with="413") as gw:
+    counts: dict[str, list[float]] = {
+        "calls": [], "summed": [], "serialised": [], "listed": [], "joined": [], "paired": [], "budgeted": [],
+        "history": [],
+    }  # fmt: skip
+    walked = {"paired": 0, "budgeted": 0}  # messages the pairing check and the budgets' rounds looked at
+    shape, groups = pairing._has_valid_shape, budgets._groups
+
+    def counted_shape(history: Sequence[Message], start: int = 0) -> bool:
+        walked["paired"] += len(history) - start
+        return shape(history, start)
+
+    def counted_groups(history: Sequence[Message], begin: int = 0) -> list[list[int]]:
+        walked["budgeted"] += len(history) - begin
+        return groups(history, begin)
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(pairing, "_has_valid_shape", counted_shape)
+    patch.setattr(budgets, "_groups", counted_groups)
+    with patch.context(), GatewaySimulator(max_body="64KB", reject_with="413") as gw:
         archive = Archive(Path(folder) / "a.sqlite", session_id="w", retention=None)
         session = Session(gw.model, api_base=gw.api_base, api_key="k", archive=archive, session_id="w",
                           tools=[read_file], limits=Limits(context_window=1_000_000), status=None,
@@ -41,12 +62,17 @@ def per_request(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[floa
         for turn in range(1, TURNS + 1):
             gw.clear_log()
             calls, summed, serialised = meter.calls, meter.summed, meter.serialised
+            listed, joined, paired, budgeted = meter.listed, meter.joined, walked["paired"], walked["budgeted"]
             session.send(f'[[tool:read_file {{"path": "src/mod_{turn % 37}.py"}}]] turn {turn}: check it')
             requests = len(gw.requests)
             assert requests >= 1
             counts["calls"].append((meter.calls - calls) / requests)
             counts["summed"].append((meter.summed - summed) / requests)
             counts["serialised"].append((meter.serialised - serialised) / requests)
+            counts["listed"].append((meter.listed - listed) / requests)
+            counts["joined"].append((meter.joined - joined) / requests)
+            counts["paired"].append((walked["paired"] - paired) / requests)
+            counts["budgeted"].append((walked["budgeted"] - budgeted) / requests)
             counts["history"].append(len(session.history))
         session.close()
         archive.close()
@@ -61,7 +87,7 @@ def test_each_request_is_measured_a_bounded_number_of_times(per_request: dict[st
     assert max(per_request["calls"]) <= 16
 
 
-@pytest.mark.parametrize("what", ["summed", "serialised"])
+@pytest.mark.parametrize("what", ["summed", "serialised", "listed", "joined", "paired", "budgeted"])
 def test_messages_per_request_do_not_grow_with_the_history(per_request: dict[str, list[float]], what: str) -> None:
     """Median over the first and the last 20 turns: a pass that rewrites many results costs its
     rewrites once (a few turns), an append-only request only its new messages."""
@@ -102,3 +128,66 @@ def test_the_body_joined_from_cached_pieces_is_the_body_serialised_whole() -> No
     copies[1]["tool_calls"][0]["function"]["name"] = "changed"  # a receiver's change stays in its copy
     assert meter.wire_list(history) == to_wire_list(history)
     assert meter.serialised == 3
+
+
+@settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["append", "rewrite", "cut", "other"]), st.integers(0, 30)), max_size=12))
+def test_lists_and_bodies_built_from_the_last_ones_equal_fresh_ones(steps: list[tuple[str, int]]) -> None:
+    """``wire_list`` and ``wire_body`` reuse what the last call built for the prefix it shares with this
+    one: after appends, a rewrite in the middle, a cut and an unrelated history, each must still equal
+    the list and the body built from nothing (and a receiver's change to a copy must not leak)."""
+    from contextkit.messages import ToolCall, to_wire_list
+    from contextkit.sizing import dumps
+
+    def message(i: int) -> Message:
+        kind = i % 4
+        if kind == 0:
+            return Message.user(f"question {i} é€")
+        if kind == 1:
+            return Message.assistant(f"step {i}", [ToolCall(f"c{i}", "read_file", '{"path": "a.py"}')])
+        if kind == 2:
+            return Message.tool(f"c{i - 1}", f"result {i} " * (i % 7))
+        return Message.user(f"picture {i}", images=("data:image/png;base64,iVBORw0KGgo=",))  # content blocks
+
+    meter = RequestMeter()
+    tools = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
+    history = [Message.system("s"), *(message(i) for i in range(5))]
+    made = 5
+    for op, n in [("append", 0), *steps]:
+        if op == "append":
+            history += [message(made + j) for j in range(n % 5 + 1)]
+            made += n % 5 + 1
+        elif op == "rewrite" and history:
+            history[n % len(history)] = Message.user(f"rewritten {made}")
+            made += 1
+        elif op == "cut":
+            history = history[: n % (len(history) + 1)]
+        else:
+            history = [Message.system("other"), *(message(made + j) for j in range(n % 6))]
+            made += n % 6
+        listed = meter.wire_list(history)
+        assert listed == to_wire_list(history)
+        for wire in listed:
+            wire["role"] = "changed"  # the receiver may change its copies
+            for call in wire.get("tool_calls") or ():
+                call["function"]["name"] = "changed"
+        body = dumps({"tools": tools, "messages": to_wire_list(history)}).encode("utf-8", "surrogatepass")
+        assert meter.wire_body(history, tools) == body
+
+
+@pytest.mark.parametrize("copies", [False, True])
+def test_the_meter_forgets_the_messages_a_history_no_longer_holds(copies: bool) -> None:
+    """``retain`` keeps memory bounded by the history: the originals compaction replaced are dropped
+    (``copies``: an equal copy of a message was sized too, which the caches hold differently)."""
+    meter = RequestMeter()
+    history = [Message.system("s"), *(Message.user(f"message {i}") for i in range(20))]
+    meter.measure(history)
+    if copies:
+        meter.measure([Message.system("s"), Message.user("message 3")])  # equal, not the same objects
+    kept = [history[0], *history[10:]]
+    meter.retain(kept)
+    assert meter.entries == len(kept)
+    misses = meter.misses
+    assert meter.measure(kept).bytes == request_bytes(kept)
+    assert meter.misses == misses  # every kept message's sizes are still there
+    assert meter.measure(history).bytes == request_bytes(history) and meter.misses == misses + 9

@@ -3,6 +3,7 @@ history event. No IO of its own: the archive is reached through its protocol."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,33 @@ from contextkit.sizing import Measure, RequestMeter
 
 Effect = Any
 Flow = Generator[Effect, Any, Any]
+
+
+class SettledPrefix:
+    """The history a per-request check last passed, per check and its parameters, so the next request
+    checks only what was appended since (the flow's own work per request follows new content, not the
+    history's length).
+
+    ``start(name, history, key)`` is how many leading messages of ``history`` are, object for object,
+    the history ``name`` last passed with the same ``key``; 0 when any of them changed (a rewrite, a
+    compaction: the check then runs over everything, as it would without this). ``passed`` records a
+    history the check left valid. Comparing is by identity in C (``operator.is_`` over two tuples):
+    messages are immutable, so the same object is the same message."""
+
+    def __init__(self) -> None:
+        self._passed: dict[str, tuple[tuple[Message, ...], Any]] = {}
+
+    def start(self, name: str, history: Sequence[Message], key: Any = None) -> int:
+        seen = self._passed.get(name)
+        if seen is None or seen[1] != key or len(seen[0]) > len(history):
+            return 0
+        return len(seen[0]) if all(map(operator.is_, seen[0], history)) else 0
+
+    def passed(self, name: str, history: Sequence[Message], key: Any = None) -> None:
+        self._passed[name] = (tuple(history), key)
+
+    def forget(self) -> None:
+        self._passed.clear()
 
 
 @dataclass
@@ -47,6 +75,7 @@ class FlowContext:
     expect_rebuild: bool = False  # the provider edited the prompt: the next cache write is a rebuild it caused
     # seconds since the epoch: to turn a Retry-After HTTP-date into a wait (the session passes time.time)
     clock: Callable[[], float] = field(default=lambda: 0.0)
+    settled: SettledPrefix = field(default_factory=SettledPrefix)  # what the per-request checks last passed
 
     def evidence(self, endpoint: str | None = None) -> EndpointEvidence:
         """What the endpoint (the session's model unless named) showed this session."""

@@ -82,10 +82,12 @@ def turn_boundary(ctx: FlowContext) -> None:
         ctx.notify("aging", what, "info")
         _turn_rewrite(ctx, "aging", what, measure(ctx, st.history), history, aged)
         st.history = history
+    limits = (st.turn_budget, st.per_result_budget, _preview_chars(ctx))
     history, budget = enforce_tool_result_budgets(
-        st.history, archive=ctx.archive, turn_budget=st.turn_budget, per_result=st.per_result_budget,
-        preview=_preview_chars(ctx),
+        st.history, archive=ctx.archive, turn_budget=limits[0], per_result=limits[1], preview=limits[2],
+        settled=ctx.settled.start("budgets", st.history, limits),
     )  # fmt: skip
+    ctx.settled.passed("budgets", history, limits)
     if budget.changed:
         ctx.notify("budget", budget.describe(), "info")
         _turn_rewrite(ctx, "budget", budget.describe(), measure(ctx, st.history), history, budget.archived_keys)
@@ -330,7 +332,9 @@ def outgoing(ctx: FlowContext) -> tuple[list[Message], Measure]:
     """The request copy: pairing repaired. Tool-result budgets were applied when each result arrived
     (``turn_boundary``), so the copy is the history itself and never rewrites a message already sent."""
     st = ctx.state
-    repaired, report = repair_tool_pairing(st.history, archive=ctx.archive)
+    known = ctx.settled.start("pairing", st.history)
+    repaired, report = repair_tool_pairing(st.history, archive=ctx.archive, valid_prefix=known)
+    ctx.settled.passed("pairing", repaired)
     if report.changed:
         st.history = repaired
         archived = " ".join(marker(k) for k in report.archived_keys)

@@ -92,10 +92,11 @@ def _eligible(m: Message) -> bool:
     return m.role == "tool" and not m.preserve_verbatim and not m.is_recall
 
 
-def _groups(history: Sequence[Message]) -> list[list[int]]:
+def _groups(history: Sequence[Message], begin: int = 0) -> list[list[int]]:
     groups: list[list[int]] = []
     current: list[int] | None = None
-    for i, m in enumerate(history):
+    for i in range(begin, len(history)):
+        m = history[i]
         if m.role == "assistant" and m.tool_calls:
             current = []
             groups.append(current)
@@ -106,6 +107,17 @@ def _groups(history: Sequence[Message]) -> list[list[int]]:
     return groups
 
 
+def _open_round(history: Sequence[Message], settled: int) -> int:
+    """Where the tool round that ``history[settled:]`` may still extend begins: the assistant message
+    that opened the round ``history[settled - 1]`` belongs to, else ``settled`` itself."""
+    i = min(settled, len(history))
+    while i > 0 and history[i - 1].role == "tool":
+        i -= 1
+    if i > 0 and history[i - 1].role == "assistant" and history[i - 1].tool_calls:
+        return i - 1
+    return min(settled, len(history))
+
+
 def enforce_tool_result_budgets(
     history: Sequence[Message],
     *,
@@ -113,8 +125,14 @@ def enforce_tool_result_budgets(
     turn_budget: int = DEFAULT_TURN_BUDGET,
     per_result: int = DEFAULT_PER_RESULT,
     preview: int | None = None,
+    settled: int = 0,
 ) -> tuple[list[Message], BudgetReport]:
     """Cap grouped tool results per result and per turn. Zero/negative limits fall back to the defaults.
+
+    ``settled``: the caller knows ``history[:settled]`` is a whole history this function returned (or
+    left unchanged) with the same limits (the flow's ``SettledPrefix``). The budgets are idempotent,
+    so only the tool rounds from the last one open at ``settled`` on are looked at: a history that
+    only grew since costs its new messages.
 
     ``preview`` (chars): a result over ``per_result`` becomes a preview of at most this size instead
     of ``per_result`` (whose preview is at most ``PREVIEW_MAX_CHARS``). The session sizes it to its
@@ -145,7 +163,7 @@ def enforce_tool_result_budgets(
         out[i] = m.with_content(stub)
         return True
 
-    groups = _groups(history)
+    groups = _groups(history, _open_round(history, settled))
     for group in groups:
         for i in group:
             if _eligible(history[i]) and len(history[i].content) > per_result:

@@ -45,9 +45,9 @@ class PairingReport:
         )
 
 
-def _has_valid_shape(history: Sequence[Message]) -> bool:
+def _has_valid_shape(history: Sequence[Message], start: int = 0) -> bool:
     n = len(history)
-    i = 0
+    i = start
     while i < n:
         m = history[i]
         if m.role == "tool":
@@ -72,13 +72,17 @@ def synthetic_result(call: ToolCall) -> Message:
 
 
 def repair_tool_pairing(
-    history: Sequence[Message], *, archive: ArchiveSink | None = None
+    history: Sequence[Message], *, archive: ArchiveSink | None = None, valid_prefix: int = 0
 ) -> tuple[list[Message], PairingReport]:
     """Make every tool call answered exactly once, right after its assistant message.
 
     Returns the same list object (when given a list) if the history is already valid. Idempotent.
+    ``valid_prefix``: the caller knows ``history[:valid_prefix]`` is a whole history this function
+    found valid (the flow's ``SettledPrefix``), so the check starts after it: a history that only
+    grew since costs the new messages, not all of them. A tool result appended to a round that was
+    complete is still found: it is the first message the check looks at.
     """
-    if _has_valid_shape(history):
+    if _has_valid_shape(history, valid_prefix):
         return (history if isinstance(history, list) else list(history)), PairingReport()
     n = len(history)
     claimed: set[int] = set()

@@ -71,7 +71,7 @@ from contextkit.policy.microcompact import (
     is_candidate,
     microcompact,
 )
-from contextkit.policy.reuse import ARGUMENT_MIN_CHARS, call_text, clearing_order, referred_names
+from contextkit.policy.reuse import ARGUMENT_MIN_CHARS, TextMemo, call_text, clearing_order, referred_names
 from contextkit.policy.testing import StagedSink
 from contextkit.policy.trim import (
     SHORTEST_SUPERSEDED_STUB,
@@ -85,6 +85,9 @@ from contextkit.sizing import Measure, format_size
 __all__ = ["PressureConfig", "PressureReport", "most_freed", "pressure", "relieve_pressure"]
 
 ARGUMENT_EXCERPT_CHARS = 160  # what an excerpt of a call's bulky arguments keeps (its head, mostly)
+# a text's length inside an ASCII-escaped JSON string: ``most_freed`` asks it of every one-liner on
+# every request above the trigger, and one-liners stay in the history for hundreds of requests
+_escaped_chars = TextMemo(lambda text: len(json.dumps(text)) - 2)
 
 
 @dataclass(frozen=True)
@@ -166,10 +169,23 @@ def kept_indices(history: Sequence[Message], keep: int) -> frozenset[int]:
     """Indices of the tool results a pass must leave verbatim: the last ``keep`` ones, and every result
     the model has not answered yet (after the last assistant message: a parallel round's results
     arrive together and are all new to the model)."""
-    results = [i for i, m in enumerate(history) if m.role == "tool" or (m.role == "user" and is_candidate(m))]
-    last_assistant = max((i for i, m in enumerate(history) if m.role == "assistant"), default=-1)
-    unanswered = {i for i in results if i > last_assistant}
-    return frozenset(results[-keep:] if keep > 0 else ()) | unanswered
+    # from the end, and only as far as both reach: this is asked on every request above the trigger,
+    # and the history behind the newest rounds is long
+    newest: list[int] = []
+    unanswered: list[int] = []
+    answered = False
+    for i in range(len(history) - 1, -1, -1):
+        if answered and len(newest) >= keep:
+            break
+        m = history[i]
+        if m.role == "assistant":
+            answered = True
+        elif m.role == "tool" or (m.role == "user" and is_candidate(m)):
+            if len(newest) < keep:
+                newest.append(i)
+            if not answered:
+                unanswered.append(i)
+    return frozenset(newest) | frozenset(unanswered)
 
 
 def relieve_pressure(
@@ -263,11 +279,18 @@ def most_freed(
     for i in range(len(history) - 1, -1, -1):
         m = history[i]
         if m.role == "assistant":
-            if i in protect or not any(len(c.arguments) > ARGUMENT_MIN_CHARS for c in m.tool_calls):
+            calls = m.tool_calls
+            if not calls or i in protect:
+                continue
+            if len(calls) == 1:  # the usual call, without a generator per message
+                if len(calls[0].arguments) <= ARGUMENT_MIN_CHARS:
+                    continue
+            elif not any(len(c.arguments) > ARGUMENT_MIN_CHARS for c in calls):
                 continue
             b, t = sizes(m)
         elif is_candidate(m) and not m.content.startswith(STUB_PREFIX):
-            paths = {block.path for block in read_blocks(m)}
+            o = m.origin  # a tool's own origin names its path (``read_blocks`` parses the text only without one)
+            paths = {o.path} if o is not None and o.path else {block.path for block in read_blocks(m)}
             one_liner = m.content.startswith(ONE_LINER_PREFIX)
             dedup_possible = bool(paths) and paths <= later_paths
             later_paths |= paths
@@ -277,7 +300,7 @@ def most_freed(
             if one_liner:
                 # JSON with ASCII escapes is at least as long as the text on either route; the
                 # dedup stub names the read's path
-                b = max(0, min(b, len(json.dumps(m.content)) - 2 - SHORTEST_SUPERSEDED_STUB - min(map(len, paths))))
+                b = max(0, min(b, _escaped_chars(m.content) - SHORTEST_SUPERSEDED_STUB - min(map(len, paths))))
         else:
             continue
         freed_bytes += b

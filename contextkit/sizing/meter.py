@@ -3,6 +3,7 @@ what is new in it (see the class docstring)."""
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import operator
@@ -108,6 +109,9 @@ class RequestMeter:
         self._runs: list[_Run] = []
         self._last_tools: tuple[list[Any], str, Any] | None = None  # the tools, their JSON, a copy
         self._skeletons: dict[Message, _Skeleton] = {}
+        self._evicted = False  # the size caches dropped an entry for room (``retain`` then walks them)
+        self._listed: _Listed | None = None  # the last wire list handed out (``wire_list``)
+        self._joined: _Joined | None = None  # the last body joined (``wire_body``)
         self._memo: OrderedDict[Any, int | None] = OrderedDict()
         self._next_mark = 0
         self._lock = threading.Lock()
@@ -124,6 +128,8 @@ class RequestMeter:
         self.calls = 0
         self.summed = 0  # messages added to a running total (the rest came from a run's prefix)
         self.serialised = 0  # messages serialised to wire JSON for a request body
+        self.listed = 0  # messages whose wire dict a wire list looked up (the rest: the last list's prefix)
+        self.joined = 0  # messages whose JSON a body joined (the rest: the last body's prefix)
         # calibration: the provider's prompt_tokens over our count, learned from the requests it
         # answered (``calibrate``); every token count this meter gives is scaled by it
         self.ratio = 1.0
@@ -182,12 +188,14 @@ class RequestMeter:
             self._cache[message] = sizes
             if len(self._cache) > self._max:
                 del self._cache[next(iter(self._cache))]
+                self._evicted = True
             self._remember(message, sizes)
         return sizes
 
     def _remember(self, message: Message, sizes: tuple[int, int]) -> None:
         if len(self._by_id) >= self._max:
             del self._by_id[next(iter(self._by_id))]
+            self._evicted = True
         self._by_id[id(message)] = (message, *sizes)
 
     def _wire(self, message: Message) -> tuple[Message, dict[str, Any], str]:
@@ -209,14 +217,45 @@ class RequestMeter:
 
     def wire_list(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
         """``to_wire_list(messages)``: copies of the cached wire dicts (the receiver may change them:
-        litellm rewrites a message's ``tool_calls`` in place), converted once per message object."""
-        return [_copy_wire(self._wire(m)[1]) for m in messages]
+        litellm rewrites a message's ``tool_calls`` in place), converted once per message object.
+        The wire dicts of the longest prefix shared with the last list asked for are reused, and the
+        copies of plain messages are made in C (``dict.copy``): only the messages with nested lists
+        (tool calls, content blocks) are copied one by one."""
+        messages = tuple(messages)
+        ids = list(map(id, messages))
+        last = self._listed
+        shared = _common_prefix(last.ids, ids) if last is not None else 0
+        wires = last.wires[:shared] if last is not None else []
+        deep = last.deep[: bisect.bisect_left(last.deep, shared)] if last is not None else []
+        self.listed += len(messages) - shared
+        for i in range(shared, len(messages)):
+            wire = self._wire(messages[i])[1]
+            wires.append(wire)
+            if isinstance(wire.get("content"), list) or isinstance(wire.get("tool_calls"), list):
+                deep.append(i)
+        self._listed = _Listed(messages, ids, wires, deep)
+        out = list(map(dict.copy, wires))
+        for i in deep:
+            out[i] = _copy_wire(wires[i])
+        return out
 
     def wire_body(self, messages: Sequence[Message], tools: Any) -> bytes:
         """``dumps({"tools": tools, "messages": to_wire_list(messages)})`` as UTF-8, byte for byte,
-        joined from the cached pieces of ``wire_json``: only messages not seen before are serialised."""
-        pieces = ",".join([self.wire_json(m) for m in messages])
-        return f'{{"tools":{dumps(tools)},"messages":[{pieces}]}}'.encode("utf-8", "surrogatepass")
+        joined from the cached pieces of ``wire_json``: only messages not seen before are serialised,
+        and the joined text of the longest prefix shared with the last body is reused."""
+        messages = tuple(messages)
+        ids = list(map(id, messages))
+        last = self._joined
+        shared = _common_prefix(last.ids, ids) if last is not None else 0
+        head = last.text[: last.ends[shared]] if last is not None else ""
+        ends = last.ends[: shared + 1] if last is not None else [0]
+        pieces = [self.wire_json(m) for m in messages[shared:]]
+        self.joined += len(pieces)
+        for piece in pieces:
+            ends.append(ends[-1] + len(piece) + (1 if len(ends) > 1 else 0))
+        text = head + ("," if head and pieces else "") + ",".join(pieces)
+        self._joined = _Joined(messages, ids, text, ends)
+        return f'{{"tools":{dumps(tools)},"messages":[{text}]}}'.encode("utf-8", "surrogatepass")
 
     def message_bytes(self, message: Message) -> int:
         """One message's bytes as this route escapes its texts (for budgets; the request total
@@ -235,15 +274,27 @@ class RequestMeter:
         # by identity: a set of ids is built without hashing the messages (a walk over every field)
         keep = set(map(id, messages))
         with self._lock:
-            for message in [m for m in self._cache if id(m) not in keep]:
-                del self._cache[message]
+            if len(self._by_id) == len(self._cache) and not self._evicted:
+                # every sized message is in both, once (the usual case: neither dropped an entry for
+                # room, and no equal copy of a message was sized): what goes is found by a set
+                # difference of ids in C, and only the messages that go are hashed
+                for gone in self._by_id.keys() - keep:
+                    self._cache.pop(self._by_id.pop(gone)[0], None)
+            else:  # one of them dropped its oldest entries: walk the cache itself
+                for message in [m for m in self._cache if id(m) not in keep]:
+                    del self._cache[message]
+                self._by_id = {k: v for k, v in self._by_id.items() if k in keep}
             for message in [m for m in self._skeletons if id(m) not in keep]:
                 del self._skeletons[message]
-            self._by_id = {k: v for k, v in self._by_id.items() if k in keep}
-            self._json = {k: v for k, v in self._json.items() if k in keep}
+            for gone in self._json.keys() - keep:
+                del self._json[gone]
             self._memo.clear()
             self._recent = [r for r in self._recent if keep.issuperset(r[0].ids)]
             self._runs = [r for r in self._runs if keep.issuperset(r.ids)]
+            if self._listed is not None and not keep.issuperset(self._listed.ids):
+                self._listed = None
+            if self._joined is not None and not keep.issuperset(self._joined.ids):
+                self._joined = None
 
     @property
     def entries(self) -> int:
@@ -472,6 +523,28 @@ class RequestMeter:
                 self.fallbacks += 1
             return None
         return size
+
+
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    """The last list ``wire_list`` handed out: its messages (held, so their ids stay theirs), their
+    ids, the cached wire dicts (not the copies) and the positions of those copied one by one."""
+
+    messages: tuple[Message, ...]
+    ids: list[int]
+    wires: list[dict[str, Any]]
+    deep: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Joined:
+    """The last body ``wire_body`` joined: its messages, their ids, the messages' JSON joined with
+    commas, and where each prefix of it ends (``ends[i]``: the first ``i`` messages)."""
+
+    messages: tuple[Message, ...]
+    ids: list[int]
+    text: str
+    ends: list[int]
 
 
 def _copy_wire(wire: dict[str, Any]) -> dict[str, Any]:
