@@ -1,6 +1,7 @@
 """contextkit's own work per request is O(new content), not O(history): in a 100-turn tool session
-each request is measured a bounded number of times, and the messages the meter sums or serialises
-per request do not grow with the history."""
+each request is measured a bounded number of times, and the messages the meter sums, serialises,
+lists and joins per request, and those pairing's check and the tool-result budgets look at, do not
+grow with the history; what is reused from the last request equals what would be built anew."""
 
 from __future__ import annotations
 
@@ -191,3 +192,19 @@ def test_the_meter_forgets_the_messages_a_history_no_longer_holds(copies: bool) 
     assert meter.measure(kept).bytes == request_bytes(kept)
     assert meter.misses == misses  # every kept message's sizes are still there
     assert meter.measure(history).bytes == request_bytes(history) and meter.misses == misses + 9
+
+
+def test_a_settled_prefix_is_only_the_same_objects_checked_with_the_same_limits() -> None:
+    from contextkit.limits.context import SettledPrefix
+
+    settled = SettledPrefix()
+    history = [Message.system("s"), *(Message.user(f"m{i}") for i in range(5))]
+    assert settled.start("budgets", history, 1) == 0  # nothing passed yet
+    settled.passed("budgets", history, 1)
+    grown = [*history, Message.assistant("a")]
+    assert settled.start("budgets", grown, 1) == len(history)
+    assert settled.start("budgets", grown, 2) == 0  # other limits: everything again
+    assert settled.start("pairing", grown) == 0  # another check
+    equal_copy = [*history[:2], Message.user("m1"), *history[3:], grown[-1]]  # equal, not the same object
+    assert settled.start("budgets", equal_copy, 1) == 0
+    assert settled.start("budgets", history[:3], 1) == 0  # a cut: the passed history is gone

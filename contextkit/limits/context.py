@@ -43,9 +43,6 @@ class SettledPrefix:
     def passed(self, name: str, history: Sequence[Message], key: Any = None) -> None:
         self._passed[name] = (tuple(history), key)
 
-    def forget(self) -> None:
-        self._passed.clear()
-
 
 @dataclass
 class FlowContext:
