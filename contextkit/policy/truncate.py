@@ -84,11 +84,12 @@ def emergency_truncate(
     start = max(0, len(rest) - max(0, keep))
     last_round = newest_tool_round(rest, after=newest)
     task: Message | None = None
+    task_index: int | None = None  # where the task is in ``rest``, in an agent run
     if newest is not None and last_round is not None and start > newest:
         # an agent run: its whole trajectory is the chain of the newest user message, so the cut goes
         # inside the chain, at the start of a tool round, never past the newest round; the task
         # message itself is kept, before the notice
-        task = rest[newest]
+        task, task_index = rest[newest], newest
         cuts = [i for i in range(newest + 1, last_round + 1) if rest[i].role == "assistant"]
     else:
         cuts = [i for i in range(len(rest)) if rest[i].role == "user"]
@@ -98,12 +99,12 @@ def emergency_truncate(
             cuts.append(len(rest))
     later = [i for i in cuts if i >= start]
     start = later[0] if later else cuts[-1]
-    if task is not None and target is not None and measure is not None:
+    if task is not None and task_index is not None and target is not None and measure is not None:
         # only in an agent run: there every cut drops a tool round the archive index names, while in
         # a chat a deeper cut would drop whole exchanges the user wrote, and an oversized message in
         # the kept tail is the shrink step's to cut, not a reason to drop everything before it
-        start = _fitting_start(systems, rest, task, newest, [i for i in cuts if i >= start], target, measure)
-    removed, verbatim = _dropped(rest, start, newest if task is not None else None)
+        start = _fitting_start(systems, rest, task, task_index, [i for i in cuts if i >= start], target, measure)
+    removed, verbatim = _dropped(rest, start, task_index)
     kept = rest[start:]
     keys: list[str] = []
     segment_key: str | None = None
@@ -177,8 +178,8 @@ def _assemble(
 def _fitting_start(
     systems: list[Message],
     rest: list[Message],
-    task: Message | None,
-    task_index: int | None,
+    task: Message,
+    task_index: int,
     starts: list[int],
     target: int,
     measure: Callable[[Sequence[Message]], int],

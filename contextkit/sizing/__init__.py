@@ -15,7 +15,8 @@
 * ``parse_size`` / ``format_size`` read and print human sizes.
 
 Its modules: ``units`` (human sizes), ``wire`` (the body's bytes and the route), ``counting``
-(tokens), ``meter`` (``RequestMeter``). Everything public is re-exported here.
+(tokens), ``meter`` (``RequestMeter``), ``lastbuilt`` (the last request's wire list and body, which the
+meter reuses for the prefix the next one shares). Everything public is re-exported here.
 """
 
 from __future__ import annotations

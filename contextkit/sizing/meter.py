@@ -3,7 +3,6 @@ what is new in it (see the class docstring)."""
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import operator
@@ -17,6 +16,7 @@ from typing import Any
 
 from contextkit.messages import Message, to_wire
 from contextkit.sizing.counting import _REPLY_PRIMING, message_tokens, tools_tokens
+from contextkit.sizing.lastbuilt import LastBody, LastList, common_prefix, fresh
 from contextkit.sizing.wire import (
     _NOT_SENT,
     ANTHROPIC_ROUTE,
@@ -62,15 +62,6 @@ def _ascii_len(text: str) -> int:
     return len(json.dumps(text)) - 2
 
 
-def _fresh(obj: Any) -> Any:
-    """A copy of the dicts and lists of ``obj`` (litellm's transformation may change them)."""
-    if isinstance(obj, dict):
-        return {k: _fresh(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_fresh(v) for v in obj]
-    return obj
-
-
 RECENT_REQUESTS = 4  # histories a meter remembers whole (the request of a step and its rewrites)
 CALIBRATION_BAND = (0.5, 2.0)  # provider / our token counts outside this band are not learned from
 # below this many tokens the fixed framing of a request (which providers count differently) outweighs
@@ -110,8 +101,8 @@ class RequestMeter:
         self._last_tools: tuple[list[Any], str, Any] | None = None  # the tools, their JSON, a copy
         self._skeletons: dict[Message, _Skeleton] = {}
         self._evicted = False  # the size caches dropped an entry for room (``retain`` then walks them)
-        self._listed: _Listed | None = None  # the last wire list handed out (``wire_list``)
-        self._joined: _Joined | None = None  # the last body joined (``wire_body``)
+        self._list = LastList()  # the last wire list handed out (``wire_list``)
+        self._body = LastBody()  # the last body joined (``wire_body``)
         self._memo: OrderedDict[Any, int | None] = OrderedDict()
         self._next_mark = 0
         self._lock = threading.Lock()
@@ -128,8 +119,6 @@ class RequestMeter:
         self.calls = 0
         self.summed = 0  # messages added to a running total (the rest came from a run's prefix)
         self.serialised = 0  # messages serialised to wire JSON for a request body
-        self.listed = 0  # messages whose wire dict a wire list looked up (the rest: the last list's prefix)
-        self.joined = 0  # messages whose JSON a body joined (the rest: the last body's prefix)
         # calibration: the provider's prompt_tokens over our count, learned from the requests it
         # answered (``calibrate``); every token count this meter gives is scaled by it
         self.ratio = 1.0
@@ -221,40 +210,13 @@ class RequestMeter:
         The wire dicts of the longest prefix shared with the last list asked for are reused, and the
         copies of plain messages are made in C (``dict.copy``): only the messages with nested lists
         (tool calls, content blocks) are copied one by one."""
-        messages = tuple(messages)
-        ids = list(map(id, messages))
-        last = self._listed
-        shared = _common_prefix(last.ids, ids) if last is not None else 0
-        wires = last.wires[:shared] if last is not None else []
-        deep = last.deep[: bisect.bisect_left(last.deep, shared)] if last is not None else []
-        self.listed += len(messages) - shared
-        for i in range(shared, len(messages)):
-            wire = self._wire(messages[i])[1]
-            wires.append(wire)
-            if isinstance(wire.get("content"), list) or isinstance(wire.get("tool_calls"), list):
-                deep.append(i)
-        self._listed = _Listed(messages, ids, wires, deep)
-        out = list(map(dict.copy, wires))
-        for i in deep:
-            out[i] = _copy_wire(wires[i])
-        return out
+        return self._list.build(messages, lambda m: self._wire(m)[1])
 
     def wire_body(self, messages: Sequence[Message], tools: Any) -> bytes:
         """``dumps({"tools": tools, "messages": to_wire_list(messages)})`` as UTF-8, byte for byte,
         joined from the cached pieces of ``wire_json``: only messages not seen before are serialised,
         and the joined text of the longest prefix shared with the last body is reused."""
-        messages = tuple(messages)
-        ids = list(map(id, messages))
-        last = self._joined
-        shared = _common_prefix(last.ids, ids) if last is not None else 0
-        head = last.text[: last.ends[shared]] if last is not None else ""
-        ends = last.ends[: shared + 1] if last is not None else [0]
-        pieces = [self.wire_json(m) for m in messages[shared:]]
-        self.joined += len(pieces)
-        for piece in pieces:
-            ends.append(ends[-1] + len(piece) + (1 if len(ends) > 1 else 0))
-        text = head + ("," if head and pieces else "") + ",".join(pieces)
-        self._joined = _Joined(messages, ids, text, ends)
+        text = self._body.build(messages, self.wire_json)
         return f'{{"tools":{dumps(tools)},"messages":[{text}]}}'.encode("utf-8", "surrogatepass")
 
     def message_bytes(self, message: Message) -> int:
@@ -291,10 +253,18 @@ class RequestMeter:
             self._memo.clear()
             self._recent = [r for r in self._recent if keep.issuperset(r[0].ids)]
             self._runs = [r for r in self._runs if keep.issuperset(r.ids)]
-            if self._listed is not None and not keep.issuperset(self._listed.ids):
-                self._listed = None
-            if self._joined is not None and not keep.issuperset(self._joined.ids):
-                self._joined = None
+            self._list.retain(keep)
+            self._body.retain(keep)
+
+    @property
+    def listed(self) -> int:
+        """Messages whose wire dict a wire list looked up (the rest came from the last list's prefix)."""
+        return self._list.looked_up
+
+    @property
+    def joined(self) -> int:
+        """Messages whose JSON a body joined (the rest came from the last body's prefix)."""
+        return self._body.looked_up
 
     @property
     def entries(self) -> int:
@@ -356,7 +326,7 @@ class RequestMeter:
         # the same dicts (identity: 1 == True, yet their JSON differs), still equal to a copy of what they were
         same = last is not None and len(last[0]) == len(listed) and all(map(operator.is_, last[0], listed))
         if last is None or not same or last[2] != listed:
-            last = self._last_tools = (listed, json.dumps(listed, default=repr), _fresh(listed))
+            last = self._last_tools = (listed, json.dumps(listed, default=repr), fresh(listed))
         return last[1] + json.dumps(sorted(params.items()), default=repr)
 
     def _run_of(self, messages: tuple[Message, ...], ids: list[int]) -> _Run:
@@ -366,7 +336,7 @@ class RequestMeter:
             runs = list(self._runs)
         shared, base = 0, None
         for run in runs:
-            n = _common_prefix(run.ids, ids)
+            n = common_prefix(run.ids, ids)
             if n > shared:
                 shared, base = n, run
         cum_bytes = base.bytes[: shared + 1] if base is not None else [0]
@@ -476,7 +446,7 @@ class RequestMeter:
         positions = set(marked[0]) if marked else set()
         control = json.loads(marked[1]) if marked else None
         wire = [
-            {**_fresh(s.wire), "cache_control": dict(control)} if i in positions and control else _fresh(s.wire)
+            {**fresh(s.wire), "cache_control": dict(control)} if i in positions and control else fresh(s.wire)
             for i, s in enumerate(skeletons)
         ]
         size = None
@@ -526,39 +496,6 @@ class RequestMeter:
 
 
 @dataclass(frozen=True, slots=True)
-class _Listed:
-    """The last list ``wire_list`` handed out: its messages (held, so their ids stay theirs), their
-    ids, the cached wire dicts (not the copies) and the positions of those copied one by one."""
-
-    messages: tuple[Message, ...]
-    ids: list[int]
-    wires: list[dict[str, Any]]
-    deep: list[int]
-
-
-@dataclass(frozen=True, slots=True)
-class _Joined:
-    """The last body ``wire_body`` joined: its messages, their ids, the messages' JSON joined with
-    commas, and where each prefix of it ends (``ends[i]``: the first ``i`` messages)."""
-
-    messages: tuple[Message, ...]
-    ids: list[int]
-    text: str
-    ends: list[int]
-
-
-def _copy_wire(wire: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a wire message whose dicts and lists are new, cheap for the plain text message
-    (a shallow copy: its values are strings and None)."""
-    if isinstance(wire.get("content"), list):
-        return _fresh(wire)  # type: ignore[no-any-return]
-    calls = wire.get("tool_calls")
-    if isinstance(calls, list):  # the shape ``to_wire`` gives a call: {"id", "type", "function": {...}}
-        return {**wire, "tool_calls": [{**c, "function": dict(c["function"])} for c in calls]}
-    return dict(wire)
-
-
-@dataclass(frozen=True, slots=True)
 class _Run:
     """A history summed: its messages (held, so their ids stay theirs), their ids, and the running
     totals of their bytes and raw tokens (``bytes[i]``: the first ``i`` messages)."""
@@ -567,22 +504,6 @@ class _Run:
     ids: list[int]
     bytes: list[int]
     tokens: list[int]
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two lists of ints, by slice comparisons (C loops):
-    the whole of the shorter one first (a history appended to), else a binary search."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def total_chars(history: Iterable[Message]) -> int:
