@@ -155,6 +155,23 @@ def test_superseded_reads_go_first_and_protected_reads_still_supersede():
     assert dedup_repeated_reads(h, archive=MemorySink(), protect={results[0]})[1].superseded == 1
 
 
+def test_a_pass_leaves_one_liners_alone_even_when_a_later_read_supersedes_them():
+    """A one-liner deep in the history frees a hundred characters as a dedup stub and would move the
+    prompt-cache break back to its place: the pass clears the new results and leaves it."""
+    h = agent(8, paths=[f"{name}.py" for name in "abcdefgh"])
+    names = "".join(f"def compute_{w}_totals(records_{w}): return summarize_{w}(records_{w})\n" for w in range(60))
+    h[3] = h[3].with_content(names * 3)  # a.py: names its one-liner cites, so the stub is longer than a dedup stub
+    h, first = relieve(h, window_for(h, 0.7), trigger=0.6, target=0.0, keep=1, clear_at_least=0.0)
+    results = [i for i, m in enumerate(h) if m.role == "tool"]
+    assert first.acted and h[results[0]].content.startswith(ONE_LINER_PREFIX)  # a.py
+    h += agent(3, paths=["i.py", "a.py", "j.py"])[1:]  # new reads, one of a.py again
+    out, report = relieve(h, window_for(h, 0.7), trigger=0.6, target=0.0, keep=1, clear_at_least=0.0)
+    assert report.acted and report.dedup.superseded == 0
+    first_rewritten = next(i for i, (a, b) in enumerate(zip(h, out, strict=True)) if a is not b)
+    assert first_rewritten == results[-1]  # the cache holds up to the newest result of the last pass (kept then)
+    assert out[results[0]] is h[results[0]]
+
+
 def test_trigger_zero_is_the_old_always_on_rewrite():
     h = agent(6)
     old, _ = microcompact(h, archive=MemorySink())

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from contextkit.messages import Message, ToolCall
 from contextkit.policy.pressure import (
+    FreedTally,
     PressureConfig,
     PressureReport,
     kept_indices,
@@ -59,14 +60,18 @@ def histories(draw: st.DrawFn) -> list[Message]:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(histories(), st.floats(0.5, 3.0), st.booleans())
-def test_no_pass_frees_more_than_the_bound(history: list[Message], fill: float, by_bytes: bool) -> None:
+@given(histories(), st.floats(0.5, 3.0), st.booleans(), st.sampled_from([1.0, 0.93, 1.17]))
+def test_no_pass_frees_more_than_the_bound(history: list[Message], fill: float, by_bytes: bool, ratio: float) -> None:
+    meter = RequestMeter()
+    meter.ratio = ratio  # calibrated: the measure scales its token sum, the sizes are the messages' own
+    measure = meter.measure
     m = measure(history)
     window, cap = (10**9, max(1, int(m.bytes / fill))) if by_bytes else (max(1, int(m.tokens / fill)), None)
     config = PressureConfig(trigger=0.0001, excerpt_trigger=1.0, target=0.0, clear_at_least=0.0)  # clear all it may
     out, report = relieve_pressure(history, archive=MemorySink(), measure=measure, window=window, cap=cap,
                                    config=config)  # fmt: skip
-    bound = most_freed(history, kept_indices(history, config.keep), METER.message_sizes, window=window, cap=cap)
+    protect = kept_indices(history, config.keep)
+    bound = most_freed(history, protect, meter.message_sizes, window=window, cap=cap, ratio=ratio)
     freed = pressure(m, window=window, cap=cap) - pressure(measure(out), window=window, cap=cap)
     assert freed <= bound + 1e-9, (freed, bound, report.describe())
 
@@ -87,6 +92,25 @@ def test_the_shortcut_decides_as_the_whole_pass(history: list[Message], fill: fl
     assert (short_report.before, short_report.after, short_report.cleared) == (
         whole_report.before, whole_report.after, whole_report.cleared,
     )  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), st.lists(st.integers(0, 10**6), min_size=1, max_size=8), st.integers(1, 3))
+def test_the_tally_kept_from_request_to_request_is_the_bound(history: list[Message], steps: list[int], keep: int) -> None:
+    """The flow asks the bound of a history that grew, or was rewritten near its end, since the last
+    request: the running totals it keeps give what a whole walk gives, every time."""
+    tally = FreedTally()
+    current = history[:2]
+    for n, step in enumerate(steps):
+        if step % 3 == 0 and len(current) > 3:  # a rewrite: one message replaced by a stub
+            i = step % len(current)
+            current = [*current[:i], current[i].with_content("[Old tool result cleared - 1 lines]"), *current[i + 1 :]]
+        else:  # the history grew
+            current = history[: max(len(current), 2 + step % (len(history) + 1))]
+        protect = kept_indices(current, keep)
+        ratio = 1.0 if n % 3 else 1.13  # calibration moved: the sums kept are the messages' own
+        expected = most_freed(current, protect, METER.message_sizes, window=10_000, cap=50_000, ratio=ratio)
+        assert tally.bound(current, protect, METER.message_sizes, window=10_000, cap=50_000, ratio=ratio) == expected
 
 
 def test_the_shortcut_skips_a_history_of_stubs_without_building_the_pass() -> None:

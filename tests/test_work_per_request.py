@@ -194,6 +194,21 @@ def test_the_meter_forgets_the_messages_a_history_no_longer_holds(copies: bool) 
     assert meter.measure(history).bytes == request_bytes(history) and meter.misses == misses + 9
 
 
+def test_retain_waits_while_the_caches_hold_at_most_an_eighth_more_than_the_history() -> None:
+    """After every turn of a long session the history has only grown: ``retain`` does not walk the
+    caches then, and once more than an eighth of them is stale it drops all of it."""
+    meter = RequestMeter()
+    history = [Message.system("s"), *(Message.user(f"message {i}") for i in range(99))]
+    meter.measure(history)
+    meter.retain(history)
+    assert meter.entries == 100
+    meter.retain(history[:95])  # 5 stale, at most 95 // 8: they wait
+    assert meter.entries == 100
+    meter.retain(history[:80])  # 20 stale: everything stale goes
+    assert meter.entries == 80
+    assert meter.measure(history[:80]).bytes == request_bytes(history[:80])
+
+
 def test_a_settled_prefix_is_only_the_same_objects_checked_with_the_same_limits() -> None:
     from contextkit.limits.context import SettledPrefix
 

@@ -104,6 +104,8 @@ def turn_boundary(ctx: FlowContext) -> None:
         config=PressureConfig.from_limits(st.limits),
         micro=MicrocompactConfig.from_limits(st.limits),
         sizes=ctx.meter.message_sizes,
+        ratio=ctx.meter.ratio,
+        tally=ctx.freed,
     )
     if report.microcompact.changed:
         ctx.notify("microcompact", report.microcompact.describe(), "info")
@@ -203,13 +205,16 @@ def fit_newest_message(ctx: FlowContext) -> None:
     if i is None or st.keep_newest_whole:
         return  # (a size reading of a 403 page is being tested: only a whole message can confirm it)
     current = st.history[i]
-    systems = [m for m in st.history if m.role == "system"]
-    whole = measure(ctx, [*systems, current])
     ratio = st.limits.preflight_ratio
     tokens_limit = _token_limit(ctx)
     # the cap, or one byte below a size the endpoint refused when no cap is in force (an excerpt test
     # leaves the refused size known to fail but no cap: a second paste as big is excerpted all the same)
     byte_limit = _byte_limit(ctx)
+    full = measure(ctx, st.history)  # it holds the system prompt and the message: it measures at least as much
+    if not ((byte_limit and full.bytes > ratio * byte_limit) or full.tokens > ratio * tokens_limit):
+        return  # the usual request: the history needs no walk for its system messages
+    systems = [m for m in st.history if m.role == "system"]
+    whole = measure(ctx, [*systems, current])
     over_bytes = bool(byte_limit) and whole.bytes > ratio * byte_limit  # type: ignore[operator]
     over_tokens = whole.tokens > ratio * tokens_limit
     if not (over_bytes or over_tokens):

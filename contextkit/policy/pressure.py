@@ -10,7 +10,8 @@ in one large step, so that one cache break buys many append-only requests:
   (the caller passes the limits in force: learned, configured, or a size the endpoint rejected).
 * Below ``trigger`` (default 0.60) nothing changes (but see *excerpts* below): the history is
   append-only.
-* At or above it: superseded reads become stubs; then old content is cleared in the order of
+* At or above it: superseded reads become stubs (not one-liners: a dedup stub would free a hundred
+  characters of one and move the cache break back to its place); then old content is cleared in the order of
   ``policy/reuse.py`` - what the agent is least likely to use again first (superseded results and
   the bulky arguments of calls that ran, then the results with the fewest names it has not referred
   to yet per byte, oldest first) - each result becoming a one-liner that names its call and a few
@@ -54,7 +55,6 @@ and recovery act whatever the trigger says.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,23 +71,20 @@ from contextkit.policy.microcompact import (
     is_candidate,
     microcompact,
 )
-from contextkit.policy.reuse import ARGUMENT_MIN_CHARS, TextMemo, call_text, clearing_order, referred_names
+from contextkit.policy.reuse import ARGUMENT_MIN_CHARS, call_text, clearing_order, referred_names
 from contextkit.policy.testing import StagedSink
 from contextkit.policy.trim import (
-    SHORTEST_SUPERSEDED_STUB,
     STUB_PREFIX,
     DedupReport,
     dedup_repeated_reads,
-    read_blocks,
 )
 from contextkit.sizing import Measure, format_size
+from contextkit.sizing.lastbuilt import common_prefix
 
-__all__ = ["PressureConfig", "PressureReport", "most_freed", "pressure", "relieve_pressure"]
+__all__ = ["FreedTally", "PressureConfig", "PressureReport", "most_freed", "pressure", "relieve_pressure"]
 
 ARGUMENT_EXCERPT_CHARS = 160  # what an excerpt of a call's bulky arguments keeps (its head, mostly)
-# a text's length inside an ASCII-escaped JSON string: ``most_freed`` asks it of every one-liner on
-# every request above the trigger, and one-liners stay in the history for hundreds of requests
-_escaped_chars = TextMemo(lambda text: len(json.dumps(text)) - 2)
+_CLEARED = (STUB_PREFIX, ONE_LINER_PREFIX)  # results a pass leaves as they are
 
 
 @dataclass(frozen=True)
@@ -198,11 +195,14 @@ def relieve_pressure(
     config: PressureConfig | None = None,
     micro: MicrocompactConfig | None = None,
     sizes: Callable[[Message], tuple[int, int]] | None = None,
+    ratio: float = 1.0,
+    tally: FreedTally | None = None,
 ) -> tuple[list[Message], PressureReport]:
     """One gated pass over ``history`` (see the module docstring). ``measure`` sizes a candidate
     request exactly (tools and framing included). ``sizes`` (optional): one message's bytes and
-    tokens as ``measure`` counts them; with it, a pass that could not free ``clear_at_least`` even
-    by rewriting everything it may rewrite is not attempted (``most_freed``)."""
+    tokens as ``measure`` counts them before it scales its token sum by ``ratio``; with it, a pass
+    that could not free ``clear_at_least`` even by rewriting everything it may rewrite is not
+    attempted (``most_freed``; with ``tally``, the same bound kept from one request to the next)."""
     cfg = config or PressureConfig()
     micro = micro or MicrocompactConfig()
     m0 = measure(history)
@@ -219,7 +219,8 @@ def relieve_pressure(
             return list(history), unchanged
     protect = kept_indices(history, cfg.keep)
     if sizes is not None and cfg.trigger <= before < 1.0:
-        most = most_freed(history, protect, sizes, window=window, cap=cap)
+        bound = most_freed if tally is None else tally.bound
+        most = bound(history, protect, sizes, window=window, cap=cap, ratio=ratio)
         if most < cfg.clear_at_least:
             # once the stubs of earlier passes fill most of the limit, every request lands here
             # until truncation: the pass would be built, measured and thrown away each time
@@ -235,7 +236,10 @@ def relieve_pressure(
             return list(history), unchanged
         m = measure(out)
     else:
-        out, dd = dedup_repeated_reads(history, archive=sink, protect=protect)
+        # a one-liner stays as it is: a read dedup stub would free a hundred characters of it and break
+        # the prompt cache at its place, far back in the history (where the oldest reads are)
+        one_liners = {i for i, msg in enumerate(history) if msg.content.startswith(ONE_LINER_PREFIX)}
+        out, dd = dedup_repeated_reads(history, archive=sink, protect=protect | one_liners)
         m = measure(out)
         cleared = 0
         # down to the target, and at least clear_at_least below where the pass started: a pass that
@@ -268,44 +272,84 @@ def most_freed(
     *,
     window: int,
     cap: int | None,
+    ratio: float = 1.0,
 ) -> float:
     """An upper bound on the share of the limit a pass over ``history`` can free: every tool result
-    it may clear freed whole; a one-liner already (which only read dedup rewrites) freed down to the
-    shortest dedup stub of its path, and only when a later read has that path; every assistant
+    it may clear freed whole (one-liners and stubs already are left as they are), every assistant
     message with bulky arguments freed whole. One walk of cheap tests over the messages and their
-    sizes (``sizes``: bytes, tokens), nothing built or measured."""
+    sizes (``sizes``: bytes, and tokens before the measure's calibration ``ratio``), nothing built
+    or measured."""
     freed_bytes = freed_tokens = 0
-    later_paths: set[str] = set()  # of the reads after the message walked (read dedup's "later")
-    for i in range(len(history) - 1, -1, -1):
-        m = history[i]
-        if m.role == "assistant":
-            calls = m.tool_calls
-            if not calls or i in protect:
-                continue
-            if len(calls) == 1:  # the usual call, without a generator per message
-                if len(calls[0].arguments) <= ARGUMENT_MIN_CHARS:
-                    continue
-            elif not any(len(c.arguments) > ARGUMENT_MIN_CHARS for c in calls):
-                continue
-            b, t = sizes(m)
-        elif is_candidate(m) and not m.content.startswith(STUB_PREFIX):
-            o = m.origin  # a tool's own origin names its path (``read_blocks`` parses the text only without one)
-            paths = {o.path} if o is not None and o.path else {block.path for block in read_blocks(m)}
-            one_liner = m.content.startswith(ONE_LINER_PREFIX)
-            dedup_possible = bool(paths) and paths <= later_paths
-            later_paths |= paths
-            if i in protect or (one_liner and not dedup_possible):
-                continue
-            b, t = sizes(m)
-            if one_liner:
-                # JSON with ASCII escapes is at least as long as the text on either route; the
-                # dedup stub names the read's path
-                b = max(0, min(b, _escaped_chars(m.content) - SHORTEST_SUPERSEDED_STUB - min(map(len, paths))))
-        else:
-            continue
-        freed_bytes += b
-        freed_tokens += t
-    share = freed_tokens / window if window else 0.0
+    for i, m in enumerate(history):
+        if i not in protect:
+            b, t = _freeable(m, sizes)
+            freed_bytes += b
+            freed_tokens += t
+    return _share(freed_bytes, freed_tokens, window, cap, ratio)
+
+
+class FreedTally:
+    """``most_freed`` kept from one request to the next: the running totals of what each message of
+    the last history asked about could free, so the next request (the same history and a few more
+    messages, or a rewrite near its end) adds up only the messages after the prefix the two share.
+    The sizes it sums are the messages' own (before calibration), so a new ratio keeps them."""
+
+    def __init__(self) -> None:
+        self._messages: tuple[Message, ...] = ()
+        self._bytes = [0]
+        self._tokens = [0]
+
+    def bound(
+        self,
+        history: Sequence[Message],
+        protect: Collection[int],
+        sizes: Callable[[Message], tuple[int, int]],
+        *,
+        window: int,
+        cap: int | None,
+        ratio: float = 1.0,
+    ) -> float:
+        """``most_freed(history, protect, sizes, window=window, cap=cap, ratio=ratio)``."""
+        held = tuple(history)
+        shared = common_prefix(self._messages, held)
+        cum_bytes, cum_tokens = self._bytes[: shared + 1], self._tokens[: shared + 1]
+        b_total, t_total = cum_bytes[-1], cum_tokens[-1]
+        for m in held[shared:]:
+            b, t = _freeable(m, sizes)
+            b_total += b
+            t_total += t
+            cum_bytes.append(b_total)
+            cum_tokens.append(t_total)
+        self._messages, self._bytes, self._tokens = held, cum_bytes, cum_tokens
+        for i in protect:  # a few of the newest results: counted above, and a pass leaves them
+            b, t = _freeable(held[i], sizes)
+            b_total -= b
+            t_total -= t
+        return _share(b_total, t_total, window, cap, ratio)
+
+
+def _freeable(m: Message, sizes: Callable[[Message], tuple[int, int]]) -> tuple[int, int]:
+    """What a pass could free of ``m`` at most, unless it is protected: all of a tool result it may
+    clear or of an assistant message with bulky arguments (their excerpt), else nothing."""
+    if m.role == "assistant":
+        calls = m.tool_calls
+        if not calls:
+            return 0, 0
+        if len(calls) == 1:  # the usual call, without a generator per message
+            if len(calls[0].arguments) <= ARGUMENT_MIN_CHARS:
+                return 0, 0
+        elif not any(len(c.arguments) > ARGUMENT_MIN_CHARS for c in calls):
+            return 0, 0
+    elif m.content.startswith(_CLEARED) or not is_candidate(m):
+        return 0, 0
+    return sizes(m)
+
+
+def _share(freed_bytes: int, freed_tokens: int, window: int, cap: int | None, ratio: float) -> float:
+    """The larger share of the limits. The measure rounds its scaled token sum once: rewriting
+    messages of ``freed_tokens`` tokens lowers it by at most ``ratio * freed_tokens`` and a rounding."""
+    tokens = ratio * freed_tokens + (1 if freed_tokens else 0)
+    share = tokens / window if window else 0.0
     return max(share, freed_bytes / cap) if cap else share
 
 

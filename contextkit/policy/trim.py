@@ -158,10 +158,6 @@ def superseded_stub(what: str, chars: int) -> str:
     return f"{STUB_PREFIX}{what} superseded by a later read of the same file - {chars} chars cleared]"
 
 
-# the shortest such stub with its suffix, ``what`` aside: what the pressure pass's bound assumes
-SHORTEST_SUPERSEDED_STUB = len(superseded_stub("", 0)) + _SUFFIX_OF_ONE
-
-
 def dedup_repeated_reads(
     history: Sequence[Message], *, archive: ArchiveSink, protect: Collection[int] = ()
 ) -> tuple[list[Message], DedupReport]:

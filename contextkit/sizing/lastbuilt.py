@@ -3,8 +3,9 @@
 The turn flow hands litellm a list of wire dicts and hashes the body's JSON for every request; a
 request usually repeats the last one and adds a few messages. ``LastList`` keeps the last list's
 cached wire dicts (not the copies handed out) and ``LastBody`` the last body's joined JSON, each with
-the ids of its messages (the messages are held, so their ids stay theirs): the longest shared prefix
-is found by comparing id lists in C, and only the messages after it are looked up.
+the tuple of its messages: the longest shared prefix is found by comparing tuples in C (object by
+object, the same object equal at once; an equal copy has the same wire form), and only the messages
+after it are looked up.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from typing import Any
 
 from contextkit.messages import Message
 
-__all__ = ["LastBody", "LastList", "common_prefix", "copy_wire"]
+__all__ = ["LastBody", "LastList", "common_prefix", "fresh"]
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two lists of ints, by slice comparisons (C loops):
-    the whole of the shorter one first (a history appended to), else a binary search."""
+def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Length of the longest common prefix of two tuples, by slice comparisons (C loops; a message is
+    equal to itself without a look at its fields): the whole of the shorter one first (a history
+    appended to), else a binary search. Tuples of messages rather than lists of their ids: an id
+    list costs an int object per message, several times the comparison itself."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
         return n
@@ -44,27 +47,25 @@ def fresh(obj: Any) -> Any:
     return obj
 
 
-def copy_wire(wire: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a wire message whose dicts and lists are new, cheap for the plain text message
-    (a shallow copy: its values are strings and None)."""
-    if isinstance(wire.get("content"), list):
-        return fresh(wire)  # type: ignore[no-any-return]
-    calls = wire.get("tool_calls")
-    if isinstance(calls, list):  # the shape ``to_wire`` gives a call: {"id", "type", "function": {...}}
-        return {**wire, "tool_calls": [{**c, "function": dict(c["function"])} for c in calls]}
-    return dict(wire)
+def _own_nested(copy: dict[str, Any]) -> None:
+    """Give a shallow copy of a wire message (``dict.copy``) its own nested lists and dicts: content
+    blocks copied whole, a call's dict and its ``function`` (the shape ``to_wire`` gives a call)."""
+    if isinstance(copy.get("content"), list):
+        copy.update(fresh(copy))
+        return
+    calls = copy.get("tool_calls")
+    if isinstance(calls, list):
+        copy["tool_calls"] = [{**c, "function": dict(c["function"])} for c in calls]
 
 
 @dataclass(frozen=True, slots=True)
 class _Seen:
     messages: tuple[Message, ...]
-    ids: list[int]
 
 
-def _shared(last: _Seen | None, messages: Sequence[Message]) -> tuple[tuple[Message, ...], list[int], int]:
+def _shared(last: _Seen | None, messages: Sequence[Message]) -> tuple[tuple[Message, ...], int]:
     held = tuple(messages)
-    ids = list(map(id, held))
-    return held, ids, common_prefix(last.ids, ids) if last is not None else 0
+    return held, common_prefix(last.messages, held) if last is not None else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +91,7 @@ class LastList:
         """Copies of ``wire_of(m)`` for every message (the receiver may change them), the copies of
         plain messages made in C (``dict.copy``)."""
         last = self._last
-        held, ids, shared = _shared(last, messages)
+        held, shared = _shared(last, messages)
         wires = last.wires[:shared] if last is not None else []
         deep = last.deep[: bisect.bisect_left(last.deep, shared)] if last is not None else []
         self.looked_up += len(held) - shared
@@ -99,15 +100,15 @@ class LastList:
             wires.append(wire)
             if isinstance(wire.get("content"), list) or isinstance(wire.get("tool_calls"), list):
                 deep.append(i)
-        self._last = _List(held, ids, wires, deep)
+        self._last = _List(held, wires, deep)
         out = list(map(dict.copy, wires))
         for i in deep:
-            out[i] = copy_wire(wires[i])
+            _own_nested(out[i])
         return out
 
     def retain(self, keep: set[int]) -> None:
         """Forget the last list unless every message of it is in ``keep`` (ids)."""
-        if self._last is not None and not keep.issuperset(self._last.ids):
+        if self._last is not None and not keep.issuperset(map(id, self._last.messages)):
             self._last = None
 
 
@@ -121,7 +122,7 @@ class LastBody:
     def build(self, messages: Sequence[Message], json_of: Callable[[Message], str]) -> str:
         """``",".join(json_of(m) for m in messages)``, the shared prefix's text reused."""
         last = self._last
-        held, ids, shared = _shared(last, messages)
+        held, shared = _shared(last, messages)
         head = last.text[: last.ends[shared]] if last is not None else ""
         ends = last.ends[: shared + 1] if last is not None else [0]
         pieces = [json_of(m) for m in held[shared:]]
@@ -129,10 +130,10 @@ class LastBody:
         for piece in pieces:
             ends.append(ends[-1] + len(piece) + (1 if len(ends) > 1 else 0))
         text = head + ("," if head and pieces else "") + ",".join(pieces)
-        self._last = _Body(held, ids, text, ends)
+        self._last = _Body(held, text, ends)
         return text
 
     def retain(self, keep: set[int]) -> None:
         """Forget the last body unless every message of it is in ``keep`` (ids)."""
-        if self._last is not None and not keep.issuperset(self._last.ids):
+        if self._last is not None and not keep.issuperset(map(id, self._last.messages)):
             self._last = None

@@ -4,7 +4,6 @@ what is new in it (see the class docstring)."""
 from __future__ import annotations
 
 import json
-import math
 import operator
 import os
 import re
@@ -225,16 +224,23 @@ class RequestMeter:
         return self._sizes(message)[0]
 
     def message_sizes(self, message: Message) -> tuple[int, int]:
-        """One message's bytes (as ``message_bytes``) and tokens at the calibrated ratio, rounded
-        up: what it adds to ``measure``'s totals at most."""
-        size, tokens = self._sizes(message)
-        return size, math.ceil(tokens * self.ratio)
+        """One message's bytes (as ``message_bytes``) and tokens before calibration: what it adds to
+        the sums ``measure`` scales by ``ratio``."""
+        return self._sizes(message)
 
     def retain(self, messages: Iterable[Message]) -> None:
         """Forget every cached message not in ``messages``. The cache holds the messages themselves,
-        so without this the originals that compaction replaced would stay in memory."""
+        so without this the originals that compaction replaced would stay in memory. Amortised: it
+        acts once the caches hold more than an eighth beyond ``messages``, so they stay within that."""
+        held = messages if isinstance(messages, (list, tuple)) else list(messages)
+        with self._lock:
+            # each sized message is held once: while the caches hold at most an eighth more entries
+            # than the messages kept (a history that only grew holds none), the walk waits - it is a
+            # set of every id and set differences, asked after every turn of a long session
+            if max(len(self._by_id), len(self._json), len(self._skeletons)) - len(held) <= len(held) // 8:
+                return
         # by identity: a set of ids is built without hashing the messages (a walk over every field)
-        keep = set(map(id, messages))
+        keep = set(map(id, held))
         with self._lock:
             if len(self._by_id) == len(self._cache) and not self._evicted:
                 # every sized message is in both, once (the usual case: neither dropped an entry for
@@ -251,8 +257,8 @@ class RequestMeter:
             for gone in self._json.keys() - keep:
                 del self._json[gone]
             self._memo.clear()
-            self._recent = [r for r in self._recent if keep.issuperset(r[0].ids)]
-            self._runs = [r for r in self._runs if keep.issuperset(r.ids)]
+            self._recent = [r for r in self._recent if keep.issuperset(map(id, r[0].messages))]
+            self._runs = [r for r in self._runs if keep.issuperset(map(id, r.messages))]
             self._list.retain(keep)
             self._body.retain(keep)
 
@@ -281,11 +287,11 @@ class RequestMeter:
         key = self._key(tools, params)
         self.calls += 1
         messages = tuple(history)
-        ids = list(map(id, messages))
         with self._lock:
             for seen, seen_key, result in self._recent:
-                # the same objects (held by the run, so their ids are theirs): an int-list comparison in C
-                if seen_key == key and seen.ids == ids:
+                # the same messages: a tuple comparison in C, object by object (the same object is
+                # equal at once; an equal copy measures the same)
+                if seen_key == key and seen.messages == messages:
                     self.hits += len(messages)  # every message's sizes came from memory
                     return result
             framing = self._framing.get(key)
@@ -299,7 +305,7 @@ class RequestMeter:
                 if len(self._framing) > 64:
                     self._framing.clear()
                 self._framing[key] = framing
-        run = self._run_of(messages, ids)
+        run = self._run_of(messages)
         total_bytes = run.bytes[-1]
         total_tokens = run.tokens[-1] + _REPLY_PRIMING + framing[1]
         if self.route == ANTHROPIC_ROUTE:
@@ -329,14 +335,14 @@ class RequestMeter:
             last = self._last_tools = (listed, json.dumps(listed, default=repr), fresh(listed))
         return last[1] + json.dumps(sorted(params.items()), default=repr)
 
-    def _run_of(self, messages: tuple[Message, ...], ids: list[int]) -> _Run:
+    def _run_of(self, messages: tuple[Message, ...]) -> _Run:
         """The running totals of ``messages``: the longest prefix shared with a run already summed
         comes from it, only the messages after it are looked up."""
         with self._lock:
             runs = list(self._runs)
         shared, base = 0, None
         for run in runs:
-            n = common_prefix(run.ids, ids)
+            n = common_prefix(run.messages, messages)
             if n > shared:
                 shared, base = n, run
         cum_bytes = base.bytes[: shared + 1] if base is not None else [0]
@@ -348,7 +354,7 @@ class RequestMeter:
             t_total += t
             cum_bytes.append(b_total)
             cum_tokens.append(t_total)
-        run = _Run(messages, ids, cum_bytes, cum_tokens)
+        run = _Run(messages, cum_bytes, cum_tokens)
         with self._lock:
             self.summed += len(messages) - shared
             self._runs = [run, *[r for r in self._runs if r is not base], *([base] if base is not None else [])][
@@ -497,11 +503,10 @@ class RequestMeter:
 
 @dataclass(frozen=True, slots=True)
 class _Run:
-    """A history summed: its messages (held, so their ids stay theirs), their ids, and the running
-    totals of their bytes and raw tokens (``bytes[i]``: the first ``i`` messages)."""
+    """A history summed: its messages and the running totals of their bytes and raw tokens
+    (``bytes[i]``: the first ``i`` messages)."""
 
     messages: tuple[Message, ...]
-    ids: list[int]
     bytes: list[int]
     tokens: list[int]
 
