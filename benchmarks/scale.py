@@ -471,9 +471,11 @@ def long_part(turns: int) -> None:
     print(f"\n== 4. a {turns}-turn agent session (an ~8 KB read per turn, 256 KB gateway); baseline: its requests replayed with plain litellm")
     print(f"   the median of the {window} turns up to each mark; wall: ms per turn; CPU: of the calling thread (time.thread_time;")
     print("   the simulator's threads and the tool not counted);")
-    print("   own direct: contextkit's turn CPU less the CPU inside litellm's completion (no baseline needed)")
+    print("   own direct: contextkit's turn CPU less the CPU inside litellm's completion (no baseline needed);")
+    print("   append-only: own direct over the turns whose requests only appended to the last one (how many), without")
+    print("   the turns where a pressure pass or a compaction rewrote the history")
     header = (f"{'turn':>5}  {'contextkit wall':>15}  {'baseline wall':>13}  {'own wall':>9}  {'contextkit CPU':>14}  "
-              f"{'baseline CPU':>12}  {'own CPU':>8}  {'own direct':>13}  {'history':>9}  {'messages':>8}")  # fmt: skip
+              f"{'baseline CPU':>12}  {'own CPU':>8}  {'own direct':>13}  {'append-only':>15}  {'history':>9}  {'messages':>8}")  # fmt: skip
     print(header + "\n" + "-" * len(header))
     with tempfile.TemporaryDirectory() as tmp, GatewaySimulator(max_body="256KB", reject_with="413", record_bodies=True) as gw:
         archive = Archive(Path(tmp) / "long.sqlite", session_id="long", retention=None)
@@ -487,9 +489,13 @@ def long_part(turns: int) -> None:
         direct: dict[int, list[float]] = {p: [] for p in points}
         sizes: dict[int, list[float]] = {p: [] for p in points}  # the request's bytes after the turn
         lengths: dict[int, list[float]] = {p: [] for p in points}  # and its messages
+        quiet: dict[int, list[float]] = {p: [] for p in points}  # own direct of the turns that rewrote nothing
+        rewrote = [False]  # a request of this turn was not the last one's continuation (a pass, a compaction)
+        session.events.subscribe(lambda e: rewrote.__setitem__(0, rewrote[0] or getattr(e, "append_only", None) is False))
         inside = InsideLitellm()
         for turn in range(1, turns + 1):
             gw.clear_log()
+            rewrote[0] = False
             tool_cpu[0] = 0.0
             inside.cpu = 0.0
             started, cpu = time.perf_counter(), time.thread_time()
@@ -499,6 +505,8 @@ def long_part(turns: int) -> None:
             near = [p for p in points if p - window < turn <= p]
             if near:
                 direct[near[0]].append(own_direct)
+                if not rewrote[0]:
+                    quiet[near[0]].append(own_direct)
                 sizes[near[0]].append(session.measure().bytes)
                 lengths[near[0]].append(len(session.history))
                 bodies = [json.loads(gw.body(r.seq)) for r in gw.requests if r.accepted]
@@ -514,9 +522,10 @@ def long_part(turns: int) -> None:
         for p in points:
             a, b = statistics.median(own[p]), statistics.median(base[p])
             c, d = statistics.median(own_cpu[p]), statistics.median(base_cpu[p])
+            calm = f"{statistics.median(quiet[p]) * 1000:.1f} ms ({len(quiet[p])})" if quiet[p] else "-"
             print(f"{p:>5}  {a * 1000:>12.1f} ms  {b * 1000:>10.1f} ms  {(a - b) * 1000:>6.1f} ms  {c * 1000:>11.1f} ms  "
                   f"{d * 1000:>9.1f} ms  {(c - d) * 1000:>5.1f} ms  {statistics.median(direct[p]) * 1000:>10.1f} ms  "
-                  f"{statistics.median(sizes[p]) / 1024:>6.0f} KB  {statistics.median(lengths[p]):>8.0f}")  # fmt: skip
+                  f"{calm:>15}  {statistics.median(sizes[p]) / 1024:>6.0f} KB  {statistics.median(lengths[p]):>8.0f}")  # fmt: skip
         session.close()
         archive.close()
 
