@@ -81,6 +81,27 @@ def test_noop_pass_is_skipped_and_keeps_no_snapshot() -> None:
     assert all(isinstance(e, CompactionEvent) for e in log)
 
 
+def test_the_trim_stage_dedups_whole_reads_and_leaves_one_liners_alone() -> None:
+    """A read cleared to a one-liner and read again later stays as it is: its dedup stub would be a
+    hundred characters shorter and break the prompt cache far back; a whole read is stubbed."""
+    compactor, _, _ = make()
+    one_liner = "[Old tool result cleared - 300 lines, 9000 chars, python; read_file a.py; names: " + ", ".join(
+        f"compute_{i}_totals" for i in range(6)
+    ) + "]\n[full content recoverable via @recall <<ccr:0123456789abcdef>>]"
+    h = [Message.system("s"), Message.user("go")]
+    reads = [("a.py", one_liner), ("b.py", "x = 1\n" * 400), ("a.py", "y = 2\n" * 400), ("b.py", "z = 3\n" * 400)]
+    for i, (path, body) in enumerate(reads):
+        h += [
+            Message.assistant("", [ToolCall(f"c{i}", "read_file", f'{{"path": "{path}"}}')]),
+            Message.tool(f"c{i}", body, name="read_file", path=path),
+        ]
+    h += [Message.assistant("done"), Message.user("next")]
+    result = compactor.compact(h, summarizer=None, trigger="auto", budget=measure(h) - 100, measure=measure)
+    assert result.changed
+    assert result.history[3] == h[3]  # the one-liner of a.py, read again at c2
+    assert result.history[5].content.startswith("[Earlier read of b.py superseded")  # b.py, read again at c3
+
+
 def test_trim_is_enough_for_old_big_tool_results() -> None:
     compactor, archive, _ = make()
     statuses: list[str] = []

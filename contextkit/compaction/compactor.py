@@ -224,7 +224,7 @@ class Compactor(SummaryStage):
         archive, limits = self.archive, self.limits
         steps: list[tuple[str, Callable[[list[Message]], tuple[list[Message], Any]]]] = [
             ("trim", lambda h: trim.strip_reasoning(h, archive=archive)),
-            ("dedup", lambda h: trim.dedup_repeated_reads(h, archive=archive)),
+            ("dedup", lambda h: trim.dedup_repeated_reads(h, archive=archive, one_liners=False)),
             ("microcompact", lambda h: micro.microcompact(h, archive=archive, config=micro.MicrocompactConfig.from_limits(limits))),
             ("budget", lambda h: budgets.enforce_tool_result_budgets(
                 h, archive=archive, turn_budget=limits.tool_result_turn_budget, per_result=limits.tool_result_max_chars)),

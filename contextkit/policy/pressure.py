@@ -236,10 +236,7 @@ def relieve_pressure(
             return list(history), unchanged
         m = measure(out)
     else:
-        # a one-liner stays as it is: a read dedup stub would free a hundred characters of it and break
-        # the prompt cache at its place, far back in the history (where the oldest reads are)
-        one_liners = {i for i, msg in enumerate(history) if msg.content.startswith(ONE_LINER_PREFIX)}
-        out, dd = dedup_repeated_reads(history, archive=sink, protect=protect | one_liners)
+        out, dd = dedup_repeated_reads(history, archive=sink, protect=protect, one_liners=False)
         m = measure(out)
         cleared = 0
         # down to the target, and at least clear_at_least below where the pass started: a pass that

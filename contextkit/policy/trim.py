@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from contextkit.markers import ArchiveSink, has_marker, recall_suffix
 from contextkit.messages import Message, assistant_turns
 from contextkit.policy._common import archive_original, fmt_chars, origin_of, with_suffix
+from contextkit.policy.microcompact import ONE_LINER_PREFIX
 
 _BLOCK_RE = re.compile(r"<(reasoning|thinking)>.*?</\1>\s*", re.DOTALL | re.IGNORECASE)
 
@@ -159,10 +160,13 @@ def superseded_stub(what: str, chars: int) -> str:
 
 
 def dedup_repeated_reads(
-    history: Sequence[Message], *, archive: ArchiveSink, protect: Collection[int] = ()
+    history: Sequence[Message], *, archive: ArchiveSink, protect: Collection[int] = (), one_liners: bool = True
 ) -> tuple[list[Message], DedupReport]:
     """Stub every read a later read covers; indices in ``protect`` stay verbatim (they still
-    supersede earlier reads)."""
+    supersede earlier reads). ``one_liners=False``: a read already cleared to a one-liner stays as it
+    is too - its dedup stub would be a hundred characters shorter, and the rewrite would break the
+    prompt cache at its place, far back in the history (the pressure pass and compaction's trim
+    stage, which leave the cache intact wherever they can)."""
     candidates = [
         (i, blocks) for i, m in enumerate(history) if _is_read_candidate(m) for blocks in [read_blocks(m)] if blocks
     ]
@@ -173,7 +177,8 @@ def dedup_repeated_reads(
     keys: list[str] = []
     superseded = freed = 0
     for i, blocks in reversed(candidates):
-        if i not in protect and all(any(b.covered_by(x) for x in later.get(b.path, ())) for b in blocks):
+        kept = i in protect or (not one_liners and history[i].content.startswith(ONE_LINER_PREFIX))
+        if not kept and all(any(b.covered_by(x) for x in later.get(b.path, ())) for b in blocks):
             m = history[i]
             what = ", ".join(dict.fromkeys(b.describe() for b in blocks))
             stub = superseded_stub(what, len(m.content))
