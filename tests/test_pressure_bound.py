@@ -102,8 +102,9 @@ def test_the_tally_kept_from_request_to_request_is_the_bound(history: list[Messa
     tally = FreedTally()
     current = history[:2]
     for n, step in enumerate(steps):
-        if step % 3 == 0 and len(current) > 3:  # a rewrite: one message replaced by a stub
-            i = step % len(current)
+        results = [j for j, m in enumerate(current) if m.role == "tool"]
+        if step % 3 == 0 and results:  # a rewrite: a tool result replaced by a stub
+            i = results[step % len(results)]
             current = [*current[:i], current[i].with_content("[Old tool result cleared - 1 lines]"), *current[i + 1 :]]
         else:  # the history grew
             current = history[: max(len(current), 2 + step % (len(history) + 1))]
@@ -173,7 +174,7 @@ def test_the_memo_holds_at_most_its_share_of_characters(monkeypatch) -> None:
     from contextkit.policy import reuse
 
     monkeypatch.setattr(reuse, "_MEMO_CHARS", 1_000)
-    memo = reuse.TextMemo(reuse._scan_names)
+    memo = reuse._Memo(reuse._scan_names)
     texts = [f"text_{i:02d} " * 20 for i in range(40)]  # 160 characters each
     for text in texts:
         assert memo(text) == reuse._scan_names(text)

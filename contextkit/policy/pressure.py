@@ -276,13 +276,7 @@ def most_freed(
     message with bulky arguments freed whole. One walk of cheap tests over the messages and their
     sizes (``sizes``: bytes, and tokens before the measure's calibration ``ratio``), nothing built
     or measured."""
-    freed_bytes = freed_tokens = 0
-    for i, m in enumerate(history):
-        if i not in protect:
-            b, t = _freeable(m, sizes)
-            freed_bytes += b
-            freed_tokens += t
-    return _share(freed_bytes, freed_tokens, window, cap, ratio)
+    return FreedTally().bound(history, protect, sizes, window=window, cap=cap, ratio=ratio)
 
 
 class FreedTally:
@@ -306,7 +300,8 @@ class FreedTally:
         cap: int | None,
         ratio: float = 1.0,
     ) -> float:
-        """``most_freed(history, protect, sizes, window=window, cap=cap, ratio=ratio)``."""
+        """``most_freed(history, protect, sizes, window=window, cap=cap, ratio=ratio)``, from the
+        totals kept for the prefix ``history`` shares with the last history asked about."""
         held = tuple(history)
         shared = common_prefix(self._messages, held)
         cum_bytes, cum_tokens = self._bytes[: shared + 1], self._tokens[: shared + 1]

@@ -35,7 +35,6 @@ from contextkit.policy.arguments import is_archived_arguments
 __all__ = [
     "ARGUMENT_MIN_CHARS",
     "Candidate",
-    "TextMemo",
     "call_text",
     "clearing_order",
     "names",
@@ -55,7 +54,7 @@ _MEMO_CHARS = 4_000_000  # texts each memo below holds at most, in characters (a
 _T = TypeVar("_T")
 
 
-class TextMemo(Generic[_T]):
+class _Memo(Generic[_T]):
     """What a function of a text gave for that text, kept until ``_MEMO_CHARS`` characters of texts
     are held (the oldest go first). Every pass reads the same old outputs again - ``rank`` and
     ``referred_names`` walk the whole history each time - so without it each pass costs regular
@@ -95,7 +94,7 @@ def _scan_names(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-_names = TextMemo(_scan_names)
+_names = _Memo(_scan_names)
 
 
 def names(text: str) -> list[str]:
@@ -179,7 +178,7 @@ def _scan_lines(text: str) -> frozenset[str]:
     return frozenset(s for line in text.splitlines() if len(s := line.strip()) >= _LINE_MIN)
 
 
-_lines = TextMemo(_scan_lines)
+_lines = _Memo(_scan_lines)
 
 
 def rank(
