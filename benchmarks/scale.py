@@ -23,7 +23,9 @@ Each figure is printed beside a baseline measured in the same run, with the date
    each mark), wall and CPU of the calling
    thread (``time.thread_time``: the simulator's threads and the tool's own work not counted).
    Baseline: the same requests (taken from the simulator's log) replayed with plain
-   ``litellm.completion``: what is left is contextkit's own work per turn.
+   ``litellm.completion``: what is left is contextkit's own work per turn. Where the marks fall in
+   the compaction cycle is chance, so it also prints the own CPU of every append-only turn by the
+   history's length and its slope (Theil-Sen): work that follows new content has a slope near 0.
 
 Files are built once into ``--cache`` (default ``~/.cache/contextkit/scale``) and reused.
 
@@ -38,6 +40,7 @@ import argparse
 import asyncio
 import bisect
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -493,6 +496,7 @@ def long_part(turns: int) -> None:
         rewrote = [False]  # a request of this turn was not the last one's continuation (a pass, a compaction)
         session.events.subscribe(lambda e: rewrote.__setitem__(0, rewrote[0] or getattr(e, "append_only", None) is False))
         inside = InsideLitellm()
+        by_length: list[tuple[int, float]] = []  # (messages in the history, own direct) of every append-only turn
         for turn in range(1, turns + 1):
             gw.clear_log()
             rewrote[0] = False
@@ -502,6 +506,8 @@ def long_part(turns: int) -> None:
             session.send(f'[[tool:read_file {{"path": "src/mod_{turn % 97}.py"}}]] turn {turn}: check this module')
             took, took_cpu = time.perf_counter() - started, time.thread_time() - cpu - tool_cpu[0]
             own_direct = took_cpu - inside.cpu
+            if not rewrote[0]:
+                by_length.append((len(session.history), own_direct))
             near = [p for p in points if p - window < turn <= p]
             if near:
                 direct[near[0]].append(own_direct)
@@ -526,8 +532,28 @@ def long_part(turns: int) -> None:
             print(f"{p:>5}  {a * 1000:>12.1f} ms  {b * 1000:>10.1f} ms  {(a - b) * 1000:>6.1f} ms  {c * 1000:>11.1f} ms  "
                   f"{d * 1000:>9.1f} ms  {(c - d) * 1000:>5.1f} ms  {statistics.median(direct[p]) * 1000:>10.1f} ms  "
                   f"{calm:>15}  {statistics.median(sizes[p]) / 1024:>6.0f} KB  {statistics.median(lengths[p]):>8.0f}")  # fmt: skip
+        print_by_length(by_length)
         session.close()
         archive.close()
+
+
+def print_by_length(turns: list[tuple[int, float]]) -> None:
+    """Own direct CPU of every append-only turn of the session by the history's length (where the
+    marks fall depends on when compaction last ran), and its least-squares slope: a turn whose work
+    follows its new content costs the same at any length."""
+    print("   own direct over every append-only turn, by messages in the history (median, turns):")
+    edges = [0, 100, 300, 600, 10**9]
+    cells = []
+    for lo, hi in itertools.pairwise(edges):
+        got = [t for n, t in turns if lo <= n < hi]
+        label = f"{lo}+" if hi == 10**9 else f"{lo}-{hi - 1}"
+        cells.append(f"{label}: {statistics.median(got) * 1000:.1f} ms ({len(got)})" if got else f"{label}: -")
+    print("   " + "   ".join(cells))
+    # Theil-Sen (the median of the pairwise slopes): a full garbage collection now and then (a few
+    # hundred ms in a turn) would drag a least-squares line wherever it falls
+    slopes = [(tb - ta) / (nb - na) for i, (na, ta) in enumerate(turns) for nb, tb in turns[i + 1 :] if nb != na]
+    if slopes:
+        print(f"   slope (Theil-Sen): {statistics.median(slopes) * 1e6 * 100:+.0f} us per 100 messages")
 
 
 def main(argv: list[str] | None = None) -> int:

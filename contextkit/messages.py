@@ -8,6 +8,7 @@ on the wire: ``to_wire`` emits exactly the OpenAI/litellm chat shape.
 from __future__ import annotations
 
 import json
+import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -407,13 +408,16 @@ def turns_after(history: Sequence[Message]) -> list[int]:
     return counts
 
 
+_AGE_OUT_AFTER = operator.attrgetter("age_out_after")
+
+
 def age_messages(history: Sequence[Message], archive: ArchiveSink) -> tuple[list[Message], list[str]]:
     """(the history with every ``Message(age_out_after=N)`` that has N user turns after it replaced
     by its stub, the archive keys written). A stub keeps the message's role, tool calls and tool call
     id (the pairing holds); its images are in the archived original. Pure but for the archive."""
     out = list(history)
     keys: list[str] = []
-    if all(m.age_out_after is None for m in history):
+    if not any(map(_AGE_OUT_AFTER, history)):  # in C: a positive number of turns, or None
         return out, keys  # the common case, checked on every request: no count needed
     for i, (m, later) in enumerate(zip(history, turns_after(history), strict=True)):
         if m.age_out_after is None or later < m.age_out_after:

@@ -173,8 +173,9 @@ class Limits:
 
     clear_at_least: float = 0.10
     """Share of the limit a pressure pass must free to be applied (a cache break must be worth it);
-    a request at or above a hard limit is rewritten whatever it frees. No environment variable.
-    Default: ``0.10``."""
+    a request at or above a hard limit is rewritten whatever it frees. Compaction's no-LLM stages
+    are enough only when they leave this share of the pass's budget free (else the pass goes on to
+    the summary stage). No environment variable. Default: ``0.10``."""
 
     excerpt_trigger: float = 0.30
     """Share of the window or cap from which the previews of outputs too big to enter whole become

@@ -124,6 +124,29 @@ def test_trim_is_enough_for_old_big_tool_results() -> None:
     assert_nothing_lost(before, result.history, archive)
 
 
+@pytest.mark.parametrize("summarizer", [True, False])
+def test_a_trim_that_leaves_no_room_below_the_budget_is_not_enough(summarizer: bool) -> None:
+    """Old results already one-liners, one more to age: the trim stage gets just under the budget
+    (it frees 3 KB of 56). Stopping there, the next turn's pass would rewrite old results again for
+    a few KB (each a prompt-cache break): the pass goes on - to the summary, or without a
+    summarizer to truncation - and leaves room below the budget."""
+    compactor, archive, _ = make()
+    h = [Message.system("s")]
+    for i in range(12):
+        body = "line\n" * 700 if i == 2 else f"[Old tool result cleared - {i}]"  # the only result left to age
+        h += [Message.user(f"step {i}"), Message.assistant("", [ToolCall(f"c{i}", "bash")]), Message.tool(f"c{i}", body)]
+        h += [Message.assistant(f"noted {i} " + "detail " * 600)]
+    budget = measure(h) - 100
+    script = ScriptedSummarizer(GOOD)
+    result = compactor.compact(h, summarizer=script if summarizer else None, trigger="auto", budget=budget,
+                               measure=measure)  # fmt: skip
+    assert ("microcompact", "applied") in phases(result)
+    assert result.stage == ("summary" if summarizer else "truncation"), phases(result)
+    assert script.calls == (1 if summarizer else 0)
+    assert measure(result.history) <= budget - Limits().clear_at_least * budget
+    assert_nothing_lost(h, result.history, archive)
+
+
 # summary stage -------------------------------------------------------------------------------
 
 

@@ -12,10 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contextkit.messages import Message, ToolCall
+from contextkit.policy.budgets import enforce_tool_result_budgets, is_budget_preview
 from contextkit.policy.pressure import (
-    FreedTally,
     PressureConfig,
     PressureReport,
+    PressureTally,
     kept_indices,
     most_freed,
     pressure,
@@ -99,7 +100,7 @@ def test_the_shortcut_decides_as_the_whole_pass(history: list[Message], fill: fl
 def test_the_tally_kept_from_request_to_request_is_the_bound(history: list[Message], steps: list[int], keep: int) -> None:
     """The flow asks the bound of a history that grew, or was rewritten near its end, since the last
     request: the running totals it keeps give what a whole walk gives, every time."""
-    tally = FreedTally()
+    tally = PressureTally()
     current = history[:2]
     for n, step in enumerate(steps):
         results = [j for j, m in enumerate(current) if m.role == "tool"]
@@ -112,6 +113,30 @@ def test_the_tally_kept_from_request_to_request_is_the_bound(history: list[Messa
         ratio = 1.0 if n % 3 else 1.13  # calibration moved: the sums kept are the messages' own
         expected = most_freed(current, protect, METER.message_sizes, window=10_000, cap=50_000, ratio=ratio)
         assert tally.bound(current, protect, METER.message_sizes, window=10_000, cap=50_000, ratio=ratio) == expected
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), st.lists(st.integers(0, 10**6), min_size=1, max_size=8))
+def test_the_previews_kept_from_request_to_request_are_where_a_walk_finds_them(
+    history: list[Message], steps: list[int]
+) -> None:
+    """The excerpt tier asks where the previews of archived outputs are on every request between its
+    trigger and the pass's: the positions kept for the shared prefix, and the new messages looked at,
+    are where a walk over the whole history finds them - after growth, after a preview cleared to a
+    one-liner, after a cut."""
+    history, _ = enforce_tool_result_budgets(history, archive=MemorySink(), per_result=1_500)  # the long reads: previews
+    tally = PressureTally()
+    current = history[:2]
+    for step in steps:
+        previews = [j for j, m in enumerate(current) if is_budget_preview(m)]
+        if step % 4 == 0 and previews:  # the excerpt tier cleared one
+            i = previews[step % len(previews)]
+            current = [*current[:i], current[i].with_content("[Old tool result cleared - 1 lines]"), *current[i + 1 :]]
+        elif step % 4 == 1:  # cut back (a truncation)
+            current = current[: max(2, step % (len(current) + 1))]
+        else:  # the history grew
+            current = history[: max(len(current), 2 + step % (len(history) + 1))]
+        assert tally.previews(current) == [j for j, m in enumerate(current) if is_budget_preview(m)]
 
 
 def test_the_shortcut_skips_a_history_of_stubs_without_building_the_pass() -> None:

@@ -131,6 +131,26 @@ def test_the_body_joined_from_cached_pieces_is_the_body_serialised_whole() -> No
     assert meter.serialised == 3
 
 
+def test_copies_the_receiver_left_as_they_were_are_handed_out_again() -> None:
+    """A request copies only its new messages: the copies handed out last time are handed out again
+    while they equal the wire dicts (in a new list), and once the receiver changed one, the next
+    list is copied anew and equals a fresh one."""
+    from contextkit.messages import ToolCall, to_wire_list
+
+    meter = RequestMeter()
+    history = [Message.system("s"), Message.assistant("", [ToolCall("c", "f", '{"a": 1}')]), Message.tool("c", "ok")]
+    first = meter.wire_list(history)
+    history.append(Message.user("next"))
+    second = meter.wire_list(history)
+    assert second is not first and all(a is b for a, b in zip(first, second, strict=False))
+    assert second == to_wire_list(history)
+    second[1]["tool_calls"][0]["function"]["arguments"] = "{}"  # litellm may rewrite a call in place
+    second.append({"role": "user", "content": "added by the receiver"})
+    third = meter.wire_list(history)
+    assert third == to_wire_list(history)
+    assert third[1] is not second[1] and third[1]["tool_calls"][0] is not second[1]["tool_calls"][0]
+
+
 @settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(["append", "rewrite", "cut", "other"]), st.integers(0, 30)), max_size=12))
 def test_lists_and_bodies_built_from_the_last_ones_equal_fresh_ones(steps: list[tuple[str, int]]) -> None:
@@ -168,8 +188,8 @@ def test_lists_and_bodies_built_from_the_last_ones_equal_fresh_ones(steps: list[
             made += n % 6
         listed = meter.wire_list(history)
         assert listed == to_wire_list(history)
-        for wire in listed:
-            wire["role"] = "changed"  # the receiver may change its copies
+        for wire in listed if n % 2 else ():  # the receiver may change its copies (or leave them, to be reused)
+            wire["role"] = "changed"
             for call in wire.get("tool_calls") or ():
                 call["function"]["name"] = "changed"
         body = dumps({"tools": tools, "messages": to_wire_list(history)}).encode("utf-8", "surrogatepass")

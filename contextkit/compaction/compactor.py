@@ -197,26 +197,31 @@ class Compactor(SummaryStage):
             "running",
         )
         self._trim_stage(run, info)
-        if run.bytes <= budget and not force_summary:
-            if run.stage:
-                text = f"Trim was enough ({size0} -> {format_size(run.bytes)})"
-                self._emit(run, info, "trim", text, "applied", "trim")
-            else:
-                text = f"Already within budget ({size0} <= {format_size(budget)})"
-                self._emit(run, info, "trim", text, "skipped", "trim")
+        # A no-LLM stage is enough only when it leaves room below the budget (``clear_at_least`` of
+        # it): one that stops just under it is followed by another pass a turn or two later, each
+        # rewriting old results (a prompt-cache break) for a few KB - once earlier passes' stubs fill
+        # the history, that was every turn - so the pass goes on to the summary stage instead.
+        settle = budget - int(self.limits.clear_at_least * budget)
+        if run.bytes <= budget and not run.stage and not force_summary:
+            text = f"Already within budget ({size0} <= {format_size(budget)})"
+            self._emit(run, info, "trim", text, "skipped", "trim")
+            return
+        if run.bytes <= settle and not force_summary:
+            text = f"Trim was enough ({size0} -> {format_size(run.bytes)})"
+            self._emit(run, info, "trim", text, "applied", "trim")
             return
         since = (len(run.history), run.bytes, run.tokens())
         new, report = shrink.cap_verbatim(run.history, budget=budget, measure=run.measure, archive=self.archive)
         if run.take(new, report, "trim"):
             keys = tuple(report.archived_keys)
             self._emit(run, info, "verbatim", report.describe(), "applied", "trim", since, archived_keys=keys)
-        if run.bytes <= budget and not force_summary:
+        if run.bytes <= settle and not force_summary:
             return
         if use_summary:
             yield from self._summary_stage(run, info, instruction, window)
         # A manual summary follows the user's instruction; truncating on top of it to reach an
         # arbitrary target would cut what the instruction asked to keep.
-        if run.bytes > budget and not (force_summary and stage_rank(run.stage) >= stage_rank("summary")):
+        if run.bytes > settle and not (force_summary and stage_rank(run.stage) >= stage_rank("summary")):
             self._truncation_stage(run, info)
 
     def _trim_stage(self, run: Pass, info: CompactionInfo) -> None:

@@ -96,7 +96,7 @@ class SummaryStage:
             room = len(transcript) - len(ledger.merged("")) - SUMMARY_OVERHEAD
             prose, trimmed = yield from self._ask_model(run, info, plan, ledger.facts, room, instruction, window)
         if prose is None and run.bytes <= info.budget:
-            return  # a manual pass under budget: nothing to replace truncation with, so nothing changes
+            return  # under budget (a manual pass, or a trim stage that left no room): nothing to replace truncation with
         if prose is None:
             text, source = ledger.extractive(plan, len(transcript)), "extractive"
         else:

@@ -13,7 +13,7 @@ from contextkit.limits.evidence import EndpointEvidence
 from contextkit.limits.state import SessionState
 from contextkit.markers import ArchiveSink
 from contextkit.messages import Message
-from contextkit.policy.pressure import FreedTally
+from contextkit.policy.pressure import PressureTally
 from contextkit.prompt.prefix import PrefixProbe
 from contextkit.sizing import Measure, RequestMeter
 
@@ -74,7 +74,8 @@ class FlowContext:
     # seconds since the epoch: to turn a Retry-After HTTP-date into a wait (the session passes time.time)
     clock: Callable[[], float] = field(default=lambda: 0.0)
     settled: SettledPrefix = field(default_factory=SettledPrefix)  # what the per-request checks last passed
-    freed: FreedTally = field(default_factory=FreedTally)  # the pressure pass's bound, kept request to request
+    # what the pressure pass asks of every message (its bound, the previews), kept request to request
+    pressure_tally: PressureTally = field(default_factory=PressureTally)
 
     def evidence(self, endpoint: str | None = None) -> EndpointEvidence:
         """What the endpoint (the session's model unless named) showed this session."""

@@ -105,7 +105,7 @@ def turn_boundary(ctx: FlowContext) -> None:
         micro=MicrocompactConfig.from_limits(st.limits),
         sizes=ctx.meter.message_sizes,
         ratio=ctx.meter.ratio,
-        tally=ctx.freed,
+        tally=ctx.pressure_tally,
     )
     if report.microcompact.changed:
         ctx.notify("microcompact", report.microcompact.describe(), "info")

@@ -55,6 +55,7 @@ and recovery act whatever the trigger says.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,7 +82,7 @@ from contextkit.policy.trim import (
 from contextkit.sizing import Measure, format_size
 from contextkit.sizing.lastbuilt import common_prefix
 
-__all__ = ["FreedTally", "PressureConfig", "PressureReport", "most_freed", "pressure", "relieve_pressure"]
+__all__ = ["PressureConfig", "PressureReport", "PressureTally", "most_freed", "pressure", "relieve_pressure"]
 
 ARGUMENT_EXCERPT_CHARS = 160  # what an excerpt of a call's bulky arguments keeps (its head, mostly)
 _CLEARED = (STUB_PREFIX, ONE_LINER_PREFIX)  # results a pass leaves as they are
@@ -196,13 +197,14 @@ def relieve_pressure(
     micro: MicrocompactConfig | None = None,
     sizes: Callable[[Message], tuple[int, int]] | None = None,
     ratio: float = 1.0,
-    tally: FreedTally | None = None,
+    tally: PressureTally | None = None,
 ) -> tuple[list[Message], PressureReport]:
     """One gated pass over ``history`` (see the module docstring). ``measure`` sizes a candidate
     request exactly (tools and framing included). ``sizes`` (optional): one message's bytes and
     tokens as ``measure`` counts them before it scales its token sum by ``ratio``; with it, a pass
     that could not free ``clear_at_least`` even by rewriting everything it may rewrite is not
-    attempted (``most_freed``; with ``tally``, the same bound kept from one request to the next)."""
+    attempted (``most_freed``). ``tally``: that bound and the previews' positions kept from one
+    request to the next (a session asks on every request above a trigger)."""
     cfg = config or PressureConfig()
     micro = micro or MicrocompactConfig()
     m0 = measure(history)
@@ -214,7 +216,7 @@ def relieve_pressure(
         return list(history), unchanged
     previews: list[int] = []
     if before < cfg.trigger:  # the excerpt tier: previews of archived outputs only, all of them
-        previews = [i for i, msg in enumerate(history) if is_budget_preview(msg)]
+        previews = tally.previews(history) if tally is not None else _previews(history)
         if not previews:  # whole results only: they wait for the trigger
             return list(history), unchanged
     protect = kept_indices(history, cfg.keep)
@@ -276,19 +278,37 @@ def most_freed(
     message with bulky arguments freed whole. One walk of cheap tests over the messages and their
     sizes (``sizes``: bytes, and tokens before the measure's calibration ``ratio``), nothing built
     or measured."""
-    return FreedTally().bound(history, protect, sizes, window=window, cap=cap, ratio=ratio)
+    return PressureTally().bound(history, protect, sizes, window=window, cap=cap, ratio=ratio)
 
 
-class FreedTally:
-    """``most_freed`` kept from one request to the next: the running totals of what each message of
-    the last history asked about could free, so the next request (the same history and a few more
-    messages, or a rewrite near its end) adds up only the messages after the prefix the two share.
-    The sizes it sums are the messages' own (before calibration), so a new ratio keeps them."""
+def _previews(history: Sequence[Message]) -> list[int]:
+    """Positions of the previews of archived outputs in ``history`` (what the excerpt tier clears)."""
+    return [i for i, m in enumerate(history) if is_budget_preview(m)]
+
+
+class PressureTally:
+    """What a pressure pass asks of every message, kept from one request to the next: the next
+    request holds the same history and a few more messages (or a rewrite near its end), so only the
+    messages after the prefix the two share are looked at. ``bound`` is ``most_freed`` from running
+    totals of what each message could free (the messages' own sizes, before calibration, so a new
+    ratio keeps them); ``previews`` the positions of the previews of archived outputs."""
 
     def __init__(self) -> None:
         self._messages: tuple[Message, ...] = ()
         self._bytes = [0]
         self._tokens = [0]
+        self._previewed: tuple[Message, ...] = ()  # the last history ``previews`` was asked about
+        self._previews: list[int] = []
+
+    def previews(self, history: Sequence[Message]) -> list[int]:
+        """``[i for i, m in enumerate(history) if is_budget_preview(m)]``, from the positions kept for
+        the prefix ``history`` shares with the last history asked about."""
+        held = tuple(history)
+        shared = common_prefix(self._previewed, held)
+        found = self._previews[: bisect.bisect_left(self._previews, shared)]
+        found += [shared + i for i in _previews(held[shared:])]
+        self._previewed, self._previews = held, found
+        return list(found)
 
     def bound(
         self,

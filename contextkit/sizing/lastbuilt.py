@@ -2,10 +2,11 @@
 
 The turn flow hands litellm a list of wire dicts and hashes the body's JSON for every request; a
 request usually repeats the last one and adds a few messages. ``LastList`` keeps the last list's
-cached wire dicts (not the copies handed out) and ``LastBody`` the last body's joined JSON, each with
-the tuple of its messages: the longest shared prefix is found by comparing tuples in C (object by
-object, the same object equal at once; an equal copy has the same wire form), and only the messages
-after it are looked up.
+cached wire dicts and the copies it handed out, and ``LastBody`` the last body's joined JSON, each
+with the tuple of its messages: the longest shared prefix is found by comparing tuples in C (object
+by object, the same object equal at once; an equal copy has the same wire form), and only the
+messages after it are looked up. The copies handed out for that prefix are handed out again when the
+receiver left them as they were (one comparison in C), so a request copies only its new messages.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def _shared(last: _Seen | None, messages: Sequence[Message]) -> tuple[tuple[Mess
 class _List(_Seen):
     wires: list[dict[str, Any]]  # the cached wire dicts
     deep: list[int]  # positions of those copied one by one (nested lists: tool calls, content blocks)
+    handed: list[dict[str, Any]]  # the copies handed out (the receiver may have changed them since)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,23 +90,30 @@ class LastList:
         self.looked_up = 0  # messages whose wire dict was looked up (the rest: the last list's prefix)
 
     def build(self, messages: Sequence[Message], wire_of: Callable[[Message], dict[str, Any]]) -> list[dict[str, Any]]:
-        """Copies of ``wire_of(m)`` for every message (the receiver may change them), the copies of
-        plain messages made in C (``dict.copy``)."""
+        """Copies of ``wire_of(m)`` for every message (the receiver may change them), in a new list.
+        For the prefix shared with the last list, the copies handed out then are handed out again if
+        they still equal the wire dicts (the receiver changed none of them), else copied anew; the
+        copies of plain messages are made in C (``dict.copy``)."""
         last = self._last
         held, shared = _shared(last, messages)
         wires = last.wires[:shared] if last is not None else []
         deep = last.deep[: bisect.bisect_left(last.deep, shared)] if last is not None else []
+        out = last.handed[:shared] if last is not None else []
+        if out != wires:  # in C, value by value; the copies share every string with the wire dicts
+            out = list(map(dict.copy, wires))
+            for i in deep:
+                _own_nested(out[i])
         self.looked_up += len(held) - shared
         for i in range(shared, len(held)):
             wire = wire_of(held[i])
             wires.append(wire)
+            copy = wire.copy()
             if isinstance(wire.get("content"), list) or isinstance(wire.get("tool_calls"), list):
                 deep.append(i)
-        self._last = _List(held, wires, deep)
-        out = list(map(dict.copy, wires))
-        for i in deep:
-            _own_nested(out[i])
-        return out
+                _own_nested(copy)
+            out.append(copy)
+        self._last = _List(held, wires, deep, out)
+        return list(out)
 
     def retain(self, keep: set[int]) -> None:
         """Forget the last list unless every message of it is in ``keep`` (ids)."""

@@ -341,10 +341,14 @@ class RequestMeter:
         with self._lock:
             runs = list(self._runs)
         shared, base = 0, None
-        for run in runs:
+        for run in runs:  # the newest first: usually it holds all of them but the new messages
+            if len(run.messages) <= shared:
+                continue  # it cannot share more
             n = common_prefix(run.messages, messages)
             if n > shared:
                 shared, base = n, run
+            if shared == len(messages):
+                break  # nothing left to sum
         cum_bytes = base.bytes[: shared + 1] if base is not None else [0]
         cum_tokens = base.tokens[: shared + 1] if base is not None else [0]
         b_total, t_total = cum_bytes[-1], cum_tokens[-1]
