@@ -172,9 +172,8 @@ class Limits:
     them). No environment variable. Default: ``1``."""
 
     clear_at_least: float = 0.10
-    """Share of the limit a pressure pass must free to be applied (a cache break must be worth it; a
-    pass that would leave the request at or above ``pressure_trigger`` is not applied either); a
-    request at or above a hard limit is rewritten whatever it frees. Compaction's no-LLM stages
+    """Share of the limit a pressure pass must free to be applied (a cache break must be worth it);
+    a request at or above a hard limit is rewritten whatever it frees. Compaction's no-LLM stages
     are enough only when they leave this share of the pass's budget free (else the pass goes on to
     the summary stage). No environment variable. Default: ``0.10``."""
 

@@ -20,14 +20,11 @@ in one large step, so that one cache break buys many append-only requests:
   by turns, ``microcompact``, clears by age alone; it runs in compaction's trim stage and with
   ``trigger=0``, not here.) The last ``keep`` tool results (default 1), and any result the model
   has not answered yet, are never touched.
-* A pass that would free less than ``clear_at_least`` (default 0.10 of the limit), or would leave
-  the request at or above the trigger (the next request would pass again: once earlier passes'
-  stubs fill the history, a cache break on every turn), is not applied: a cache break must be worth
-  it. The history then stays as it is until the next request or compaction (and when
-  even rewriting everything a pass may rewrite could not free that much, or could not bring the
-  request below the trigger - ``most_freed``, from the messages' sizes alone - the pass is not built
-  at all: once earlier passes' stubs fill most of the limit, that is every request until compaction
-  makes room). Except
+* A pass that would free less than ``clear_at_least`` (default 0.10 of the limit) is not applied:
+  a cache break must be worth it. The history then stays as it is until the next request (and when
+  even rewriting everything a pass may rewrite could not free that much - ``most_freed``, from the
+  messages' sizes alone - the pass is not built at all: once earlier passes' stubs fill most of the
+  limit, that is every request until truncation makes room). Except
   when the request is at or above a hard limit (pressure >= 1): it cannot be sent as it is, the
   cache breaks anyway, and the cheapest rewrite is this one (no LLM) - whatever it frees.
 * ``trigger=0`` is the behaviour before pressure gating (rewrite on every request, no keep, no
@@ -226,13 +223,12 @@ def relieve_pressure(
     if sizes is not None and cfg.trigger <= before < 1.0:
         bound = most_freed if tally is None else tally.bound
         most = bound(history, protect, sizes, window=window, cap=cap, ratio=ratio)
-        if most < cfg.clear_at_least or before - most >= cfg.trigger:
+        if most < cfg.clear_at_least:
             # once the stubs of earlier passes fill most of the limit, every request lands here
-            # until compaction: the pass would be built, measured and thrown away each time
-            why = "not worth a cache break" if most < cfg.clear_at_least else "the request would stay above the trigger"
+            # until truncation: the pass would be built, measured and thrown away each time
             return list(history), _skipped(
                 PressureReport(before=before, bytes_before=m0.bytes, kept=len(protect)),
-                f"would free at most {most:.0%}, {why}",
+                f"would free at most {most:.0%}, not worth a cache break",
             )
     sink = StagedSink(archive)
     dd, mc = DedupReport(), MicrocompactReport()
@@ -263,8 +259,6 @@ def relieve_pressure(
         return list(history), _skipped(report, "nothing to rewrite outside the kept results")
     if before - after < cfg.clear_at_least and before < 1.0:
         return list(history), _skipped(report, f"would free only {before - after:.0%}, not worth a cache break")
-    if cfg.trigger <= after and before < 1.0:
-        return list(history), _skipped(report, f"would leave {after:.0%}, above the trigger: the next request would pass again")
     if not sink.commit(out):
         return list(history), _skipped(report, "the archive refused an original")
     return out, report
