@@ -231,9 +231,10 @@ for e in session.events.of_type(RecoveryEvent):
 # If every rung fails, the turn is rolled back - a turn is a transaction: the session's history is
 # exactly what it was before `send`, and `RecoveryFailedError.history` is that history, so a failed
 # turn never leaves its message behind to make the next turn fail too. (Here the refusals are 403
-# pages on a request of a few KB, which no gateway limits for size: the session reads them as the
-# gateway objecting to content or access and fails the turn at once with a `ProviderError` that says
-# so - rolled back the same way.) A real authentication error
+# pages that state no size: once the request has shrunk below a size this gateway accepted earlier
+# in the session and is still refused, the session reads them as the gateway objecting to content or
+# access and fails the turn with a `ProviderError` that says so - rolled back the same way.) A real
+# authentication error
 # never climbs the ladder at all; like every failure that is not about size, it changes neither the
 # history nor any learned limit.
 
@@ -246,7 +247,7 @@ before = session.history
 try:
     session.send("One more question.")
 except (RecoveryFailedError, ProviderError) as err:
-    # a 403 page on a request this small is no size limit: the turn fails at once, saying so
+    # refused again below a size the gateway accepted before: no size limit, and the error says so
     print(f"{type(err).__name__}:", str(err)[:160], "...")
     handed = getattr(err, "history", session.history)
     print("history:", len(handed), "messages; the session's history is unchanged:", session.history == before == handed)
