@@ -98,6 +98,22 @@ def test_under_pressure_the_history_is_rewritten_in_few_large_steps(gw: GatewayS
     assert sum(e.append_only is False for e in requests(always_on)) > 2 * len(breaks)
 
 
+def test_compaction_does_not_trim_turn_after_turn_once_stubs_fill_the_history(gw: GatewaySimulator):
+    """Late in a long run the history is mostly stubs of earlier passes: a compaction's trim stage
+    frees a few KB, just under its budget, and the next turn's read puts it over again. A trim that
+    leaves no room is not the end of the pass (it goes on to the summary), so compaction does not
+    rewrite the history - a prompt-cache break - on consecutive turns."""
+    gw.reset(context_window=24_000)
+    session = agent(gw, limits=Limits(context_window=24_000), file_bytes=4_000)
+    read_turns(session, 90)
+    assert all(e.outcome == "ok" for e in requests(session))
+    done = [e for e in session.events if isinstance(e, CompactionEvent) and e.phase == "done" and e.outcome == "applied"]
+    assert any(e.stage == "summary" for e in done), [e.stage for e in done]
+    trims = sorted(e.turn for e in done if e.stage == "trim")
+    assert not any(b - a <= 1 for a, b in itertools.pairwise(trims)), trims
+    gw.reset()
+
+
 @pytest.mark.parametrize("route", ["openai", "anthropic"])
 def test_accounting_comes_from_the_providers_usage(gw: GatewaySimulator, route: str):
     gw.reset()
