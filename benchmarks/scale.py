@@ -476,84 +476,117 @@ def long_part(turns: int) -> None:
     print("   the simulator's threads and the tool not counted);")
     print("   own direct: contextkit's turn CPU less the CPU inside litellm's completion (no baseline needed);")
     print("   append-only: own direct over the turns whose requests only appended to the last one (how many), without")
-    print("   the turns where a pressure pass or a compaction rewrote the history")
+    print("   the turns where a pass or a compaction rewrote the history; fresh: own direct of a session never older than")
+    print(f"   {window} turns, one of its turns after each turn of the long one (the same moments: the machine's drift cancels)")
     header = (f"{'turn':>5}  {'contextkit wall':>15}  {'baseline wall':>13}  {'own wall':>9}  {'contextkit CPU':>14}  "
-              f"{'baseline CPU':>12}  {'own CPU':>8}  {'own direct':>13}  {'append-only':>15}  {'history':>9}  {'messages':>8}")  # fmt: skip
+              f"{'baseline CPU':>12}  {'own CPU':>8}  {'own direct':>10}  {'append-only':>15}  {'fresh':>7}  {'history':>9}  {'messages':>8}")  # fmt: skip
     print(header + "\n" + "-" * len(header))
+    inside = InsideLitellm()
+
     with tempfile.TemporaryDirectory() as tmp, GatewaySimulator(max_body="256KB", reject_with="413", record_bodies=True) as gw:
-        archive = Archive(Path(tmp) / "long.sqlite", session_id="long", retention=None)
-        session = Session(gw.model, api_base=gw.api_base, api_key="k", archive=archive, session_id="long", tools=[read_file],
-                          limits=Limits(context_window=1_000_000), status=None, on_flush=None)  # fmt: skip
-        session.send("warm up")
-        own: dict[int, list[float]] = {p: [] for p in points}
-        base: dict[int, list[float]] = {p: [] for p in points}
-        own_cpu: dict[int, list[float]] = {p: [] for p in points}
-        base_cpu: dict[int, list[float]] = {p: [] for p in points}
-        direct: dict[int, list[float]] = {p: [] for p in points}
-        sizes: dict[int, list[float]] = {p: [] for p in points}  # the request's bytes after the turn
-        lengths: dict[int, list[float]] = {p: [] for p in points}  # and its messages
-        quiet: dict[int, list[float]] = {p: [] for p in points}  # own direct of the turns that rewrote nothing
-        rewrote = [False]  # a request of this turn was not the last one's continuation (a pass, a compaction)
-        session.events.subscribe(lambda e: rewrote.__setitem__(0, rewrote[0] or getattr(e, "append_only", None) is False))
-        inside = InsideLitellm()
-        by_length: list[tuple[int, float]] = []  # (messages in the history, own direct) of every append-only turn
-        for turn in range(1, turns + 1):
-            gw.clear_log()
+
+        def open_session(name: str) -> tuple[Session, Archive, list[bool]]:
+            archive = Archive(Path(tmp) / f"{name}.sqlite", session_id=name, retention=None)
+            session = Session(gw.model, api_base=gw.api_base, api_key="k", archive=archive, session_id=name, tools=[read_file],
+                              limits=Limits(context_window=1_000_000), status=None, on_flush=None)  # fmt: skip
+            session.send("warm up")
+            rewrote = [False]  # a request of this turn was not the last one's continuation (a pass, a compaction)
+            session.events.subscribe(lambda e: rewrote.__setitem__(0, rewrote[0] or getattr(e, "append_only", None) is False))
+            return session, archive, rewrote
+
+        def one_turn(session: Session, rewrote: list[bool], turn: int) -> tuple[float, float, float, bool]:
+            """(wall, CPU less the tool's, own direct, append-only) of one turn."""
             rewrote[0] = False
             tool_cpu[0] = 0.0
             inside.cpu = 0.0
             started, cpu = time.perf_counter(), time.thread_time()
             session.send(f'[[tool:read_file {{"path": "src/mod_{turn % 97}.py"}}]] turn {turn}: check this module')
             took, took_cpu = time.perf_counter() - started, time.thread_time() - cpu - tool_cpu[0]
-            own_direct = took_cpu - inside.cpu
-            if not rewrote[0]:
-                by_length.append((len(session.history), own_direct))
+            return took, took_cpu, took_cpu - inside.cpu, not rewrote[0]
+
+        session, archive, rewrote = open_session("long")
+        fresh: tuple[Session, Archive, list[bool]] | None = None
+        cols = ("own", "base", "own_cpu", "base_cpu", "direct", "sizes", "lengths", "quiet", "fresh")
+        at: dict[str, dict[int, list[float]]] = {c: {p: [] for p in points} for c in cols}
+        paired: list[tuple[int, float, float]] = []  # (messages in the long history, its own direct, fresh's) when both appended only
+        for turn in range(1, turns + 1):
+            gw.clear_log()
+            took, took_cpu, own_direct, quiet = one_turn(session, rewrote, turn)
             near = [p for p in points if p - window < turn <= p]
             if near:
-                direct[near[0]].append(own_direct)
-                if not rewrote[0]:
-                    quiet[near[0]].append(own_direct)
-                sizes[near[0]].append(session.measure().bytes)
-                lengths[near[0]].append(len(session.history))
+                cell = near[0]
+                at["direct"][cell].append(own_direct)
+                if quiet:
+                    at["quiet"][cell].append(own_direct)
+                at["sizes"][cell].append(session.measure().bytes)
+                at["lengths"][cell].append(len(session.history))
                 bodies = [json.loads(gw.body(r.seq)) for r in gw.requests if r.accepted]
                 t0, cpu = time.perf_counter(), time.thread_time()
                 for body in bodies:
                     litellm.completion(model=gw.model, messages=body["messages"], tools=body.get("tools"), api_base=gw.api_base, api_key="k")
-                replay, replay_cpu = time.perf_counter() - t0, time.thread_time() - cpu
-                own[near[0]].append(took)
-                base[near[0]].append(replay)
-                own_cpu[near[0]].append(took_cpu)
-                base_cpu[near[0]].append(replay_cpu)
+                at["own"][cell].append(took)
+                at["base"][cell].append(time.perf_counter() - t0)
+                at["own_cpu"][cell].append(took_cpu)
+                at["base_cpu"][cell].append(time.thread_time() - cpu)
+            if fresh is None or turn % window == 1:
+                if fresh is not None:
+                    fresh[0].close()
+                    fresh[1].close()
+                fresh = open_session(f"fresh-{turn}")
+            _, _, fresh_direct, fresh_quiet = one_turn(fresh[0], fresh[2], turn)
+            if near:
+                at["fresh"][near[0]].append(fresh_direct)
+            if quiet and fresh_quiet:
+                paired.append((len(session.history), own_direct, fresh_direct))
+        if fresh is not None:
+            fresh[0].close()
+            fresh[1].close()
         inside.close()
+        med = {c: {p: statistics.median(v) if v else math.nan for p, v in cols_.items()} for c, cols_ in at.items()}
         for p in points:
-            a, b = statistics.median(own[p]), statistics.median(base[p])
-            c, d = statistics.median(own_cpu[p]), statistics.median(base_cpu[p])
-            calm = f"{statistics.median(quiet[p]) * 1000:.1f} ms ({len(quiet[p])})" if quiet[p] else "-"
+            a, b, c, d = med["own"][p], med["base"][p], med["own_cpu"][p], med["base_cpu"][p]
+            calm = f"{med['quiet'][p] * 1000:.1f} ms ({len(at['quiet'][p])})" if at["quiet"][p] else "-"
             print(f"{p:>5}  {a * 1000:>12.1f} ms  {b * 1000:>10.1f} ms  {(a - b) * 1000:>6.1f} ms  {c * 1000:>11.1f} ms  "
-                  f"{d * 1000:>9.1f} ms  {(c - d) * 1000:>5.1f} ms  {statistics.median(direct[p]) * 1000:>10.1f} ms  "
-                  f"{calm:>15}  {statistics.median(sizes[p]) / 1024:>6.0f} KB  {statistics.median(lengths[p]):>8.0f}")  # fmt: skip
-        print_by_length(by_length)
+                  f"{d * 1000:>9.1f} ms  {(c - d) * 1000:>5.1f} ms  {med['direct'][p] * 1000:>7.1f} ms  "
+                  f"{calm:>15}  {med['fresh'][p] * 1000:>4.1f} ms  {med['sizes'][p] / 1024:>6.0f} KB  {med['lengths'][p]:>8.0f}")  # fmt: skip
+        print_by_length(paired)
         session.close()
         archive.close()
 
 
-def print_by_length(turns: list[tuple[int, float]]) -> None:
-    """Own direct CPU of every append-only turn of the session by the history's length (where the
-    marks fall depends on when compaction last ran), and its least-squares slope: a turn whose work
-    follows its new content costs the same at any length."""
-    print("   own direct over every append-only turn, by messages in the history (median, turns):")
+def theil_sen(points: list[tuple[int, float]]) -> float:
+    """The median of the pairwise slopes (seconds per message): a full garbage collection now and then
+    (a few hundred ms in a turn) would drag a least-squares line wherever it falls."""
+    slopes = [(tb - ta) / (nb - na) for i, (na, ta) in enumerate(points) for nb, tb in points[i + 1 :] if nb != na]
+    return statistics.median(slopes) if slopes else math.nan
+
+
+def print_by_length(turns: list[tuple[int, float, float]]) -> None:
+    """Own direct CPU of every append-only turn of the long session by the history's length (where the
+    marks fall depends on when compaction last ran), beside the fresh session's turn right after it,
+    the difference of the two (pair by pair) and the slopes (Theil-Sen): a turn whose work follows
+    its new content costs what a fresh session's turn costs at any length."""
+    print("   own direct over every turn where both sessions only appended, by messages in the long history (median):")
+    print(f"   {'messages':>9}  {'turns':>5}  {'long':>7}  {'fresh':>7}  {'long - fresh':>12}  {'95% interval':>17}")
     edges = [0, 100, 300, 600, 10**9]
-    cells = []
+    rng = random.Random(0)
     for lo, hi in itertools.pairwise(edges):
-        got = [t for n, t in turns if lo <= n < hi]
+        got = [(a, b) for n, a, b in turns if lo <= n < hi]
         label = f"{lo}+" if hi == 10**9 else f"{lo}-{hi - 1}"
-        cells.append(f"{label}: {statistics.median(got) * 1000:.1f} ms ({len(got)})" if got else f"{label}: -")
-    print("   " + "   ".join(cells))
-    # Theil-Sen (the median of the pairwise slopes): a full garbage collection now and then (a few
-    # hundred ms in a turn) would drag a least-squares line wherever it falls
-    slopes = [(tb - ta) / (nb - na) for i, (na, ta) in enumerate(turns) for nb, tb in turns[i + 1 :] if nb != na]
-    if slopes:
-        print(f"   slope (Theil-Sen): {statistics.median(slopes) * 1e6 * 100:+.0f} us per 100 messages")
+        if not got:
+            print(f"   {label:>9}  {0:>5}")
+            continue
+        diffs = [a - b for a, b in got]
+        # the interval of the median difference, resampling the pairs (bootstrap, 1,000 draws)
+        boots = sorted(statistics.median(rng.choices(diffs, k=len(diffs))) for _ in range(1000))
+        interval = f"{boots[25] * 1000:+.2f} to {boots[974] * 1000:+.2f} ms"
+        print(f"   {label:>9}  {len(got):>5}  {statistics.median(a for a, _ in got) * 1000:>4.1f} ms  "
+              f"{statistics.median(b for _, b in got) * 1000:>4.1f} ms  {statistics.median(diffs) * 1000:>+9.2f} ms  {interval:>17}")  # fmt: skip
+    long_slope = theil_sen([(n, a) for n, a, _ in turns])
+    fresh_slope = theil_sen([(n, b) for n, _, b in turns])
+    excess = theil_sen([(n, a - b) for n, a, b in turns])
+    print(f"   slope (Theil-Sen, per 100 messages): long {long_slope * 1e8:+.0f} us, fresh {fresh_slope * 1e8:+.0f} us "
+          f"(the machine's drift), long - fresh {excess * 1e8:+.0f} us")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,7 +38,7 @@ def per_request(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[floa
     folder = tmp_path_factory.mktemp("work")
     counts: dict[str, list[float]] = {
         "calls": [], "summed": [], "serialised": [], "listed": [], "joined": [], "paired": [], "budgeted": [],
-        "history": [],
+        "history": [], "cap": [], "compared": [],
     }  # fmt: skip
     walked = {"paired": 0, "budgeted": 0}  # messages the pairing check and the budgets' rounds looked at
     shape, groups = pairing._has_valid_shape, budgets._groups
@@ -75,6 +75,8 @@ def per_request(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[floa
             counts["paired"].append((walked["paired"] - paired) / requests)
             counts["budgeted"].append((walked["budgeted"] - budgeted) / requests)
             counts["history"].append(len(session.history))
+            counts["cap"].append(session.payload_cap or 0)
+            counts["compared"].append(meter._list.compared)
         session.close()
         archive.close()
     return counts
@@ -151,6 +153,78 @@ def test_copies_the_receiver_left_as_they_were_are_handed_out_again() -> None:
     assert third[1] is not second[1] and third[1]["tool_calls"][0] is not second[1]["tool_calls"][0]
 
 
+def test_litellms_writes_to_the_copies_it_is_handed_cost_no_comparison_later(
+    per_request: dict[str, list[float]],
+) -> None:
+    """Through litellm as installed, a 100-turn tool session hands out the same copies request after
+    request: litellm writes nothing into them, or only equal values (its validation sets
+    ``tool_calls`` anew), so no copy is compared with its wire dict when the next list is built."""
+    assert per_request["compared"][-1] == 0
+
+
+def test_the_budgets_walk_the_whole_history_only_after_a_compaction(per_request: dict[str, list[float]]) -> None:
+    """A pressure pass replaces results by shorter stubs in place, which pass the budgets the originals
+    passed: the request after it still looks only at its new rounds. Only a compaction (the history
+    got shorter) or new limits (a cap learned: previews are sized from it), in that turn or the one
+    before, send the budgets over everything again."""
+    history, cap = per_request["history"], per_request["cap"]
+    walks = [t for t, n in enumerate(per_request["budgeted"]) if n > 12]
+    changed = {t for t in range(1, len(history)) if history[t] < history[t - 1] or cap[t] != cap[t - 1]}
+    assert walks, "no compaction in the session: the fixture no longer shows a walk over everything"
+    assert all(t in changed or t - 1 in changed for t in walks), (walks, sorted(changed))
+
+
+def test_a_receivers_equal_writes_keep_the_copies_and_its_other_writes_are_copied_anew() -> None:
+    """litellm's message validation sets an assistant message's ``tool_calls`` to a copy of itself: an
+    equal value keeps the copy (nothing is copied anew, nothing is compared later). Any other write,
+    at any depth and by any of dict's or list's methods, has that copy - and only that one - copied
+    anew for the next list; copies of a copy are plain."""
+    import copy
+    import pickle
+
+    from contextkit.messages import ToolCall, to_wire_list
+
+    meter = RequestMeter()
+    history = [
+        Message.system("s"),
+        Message.assistant("", [ToolCall("c", "f", '{"a": 1}')]),
+        Message.tool("c", "ok"),
+        Message.user("look", images=("data:image/png;base64,iVBORw0KGgo=",)),
+    ]
+    first = meter.wire_list(history)
+    for wire in first:  # what litellm's validate_and_fix_openai_messages does to each message it is given
+        if wire.get("tool_calls"):
+            wire["tool_calls"] = [dict(c) for c in wire["tool_calls"]]
+        wire["role"] = wire["role"]
+    assert not meter._list._notes  # nothing to compare on the next list
+    second = meter.wire_list(history)
+    assert all(a is b for a, b in zip(first, second, strict=True)) and meter._list.compared == 0
+    assert second[1]["tool_calls"] is not None and second == to_wire_list(history)
+    assert type(copy.copy(second[1])) is dict and type(copy.deepcopy(second[1])["tool_calls"]) is list
+    assert type(pickle.loads(pickle.dumps(second[3]))["content"]) is list
+    writes = [
+        lambda w: w.pop("role"),
+        lambda w: w.__setitem__("name", "x"),
+        lambda w: w.update(role="user"),
+        lambda w: w.setdefault("name", "x"),
+        lambda w: w["tool_calls"].append({}),
+        lambda w: w["tool_calls"][0]["function"].__setitem__("arguments", "{}"),
+        lambda w: w["tool_calls"].insert(0, {}),
+        lambda w: w.clear(),
+        lambda w: w["tool_calls"][0].popitem(),
+    ]
+    for write in writes:
+        handed = meter.wire_list(history)
+        recopied = meter._list.recopied
+        write(handed[1])
+        again = meter.wire_list(history)
+        assert again == to_wire_list(history) and meter._list.recopied == recopied + 1
+        assert again[1] is not handed[1] and all(again[i] is handed[i] for i in (0, 2, 3))
+    handed = meter.wire_list(history)
+    handed[3]["content"][1]["image_url"]["url"] = "data:,"  # a content block, two levels down
+    assert meter.wire_list(history) == to_wire_list(history)
+
+
 @settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(["append", "rewrite", "cut", "other"]), st.integers(0, 30)), max_size=12))
 def test_lists_and_bodies_built_from_the_last_ones_equal_fresh_ones(steps: list[tuple[str, int]]) -> None:
@@ -188,10 +262,15 @@ def test_lists_and_bodies_built_from_the_last_ones_equal_fresh_ones(steps: list[
             made += n % 6
         listed = meter.wire_list(history)
         assert listed == to_wire_list(history)
-        for wire in listed if n % 2 else ():  # the receiver may change its copies (or leave them, to be reused)
-            wire["role"] = "changed"
+        for k, wire in enumerate(listed if n % 2 else ()):  # the receiver may change its copies (or leave them)
+            if (k + n) % 3 == 0:
+                wire["role"] = "changed"
+            elif (k + n) % 3 == 1:
+                wire.pop("content", None)
             for call in wire.get("tool_calls") or ():
                 call["function"]["name"] = "changed"
+            if isinstance(wire.get("content"), list):
+                wire["content"].append({"type": "text", "text": "added"})
         body = dumps({"tools": tools, "messages": to_wire_list(history)}).encode("utf-8", "surrogatepass")
         assert meter.wire_body(history, tools) == body
 
@@ -243,3 +322,29 @@ def test_a_settled_prefix_is_only_the_same_objects_checked_with_the_same_limits(
     equal_copy = [*history[:2], Message.user("m1"), *history[3:], grown[-1]]  # equal, not the same object
     assert settled.start("budgets", equal_copy, 1) == 0
     assert settled.start("budgets", history[:3], 1) == 0  # a cut: the passed history is gone
+
+
+def test_a_settled_prefix_carries_over_a_rewrite_that_only_shortened_messages_in_place() -> None:
+    from contextkit.limits.context import SettledPrefix
+    from contextkit.messages import ToolCall
+
+    settled = SettledPrefix()
+    history = [Message.user("task"), Message.assistant("", [ToolCall("c", "f", "{}")]), Message.tool("c", "x" * 500)]
+    settled.passed("budgets", history, 1)
+    stubbed = [*history[:2], Message.tool("c", "stub")]
+    settled.shrunk("budgets", history, stubbed)
+    assert settled.start("budgets", [*stubbed, Message.user("next")], 1) == 3
+    for other in (
+        [*history[:2], Message.tool("c", "x" * 501)],  # longer
+        [*history[:2], Message.tool("d", "stub")],  # another call's result
+        [*history[:2], Message.tool("c", "stub", preserve_verbatim=True)],
+        [history[0], Message.assistant("", [ToolCall("c", "g", "{}")]), history[2]],  # another call
+        [*history[:2], Message.user("stub")],  # another kind
+        history[:2],  # a message gone
+    ):
+        settled.passed("budgets", history, 1)
+        settled.shrunk("budgets", history, other)
+        assert settled.start("budgets", other, 1) == 0, other
+    settled.passed("budgets", history[:2], 1)  # what the check passed is not what was rewritten
+    settled.shrunk("budgets", history, stubbed)
+    assert settled.start("budgets", stubbed, 1) == 2  # the record stays as it was

@@ -235,11 +235,11 @@ def _send(
     ctx: FlowContext, turn: _TurnTally, prepared: _Prepared, stream: bool
 ) -> Generator[Effect, Any, tuple[Any, Failure | None, str]]:
     """Send the request (counted, classified, recorded); returns the outcome, its failure and the
-    digest of the body (the evidence counts failures per body). An empty stream hid the provider's
-    answer: the same body is asked once more without streaming, to read it."""
+    digest of the body (the evidence counts failures per body; hashed only when the request failed,
+    "" otherwise: a hash reads the whole body). An empty stream hid the provider's answer: the same
+    body is asked once more without streaming, to read it."""
     st, sent, request = ctx.state, prepared.sent, prepared.request
     body = request_body(ctx, prepared.out)
-    digest = hashlib.sha256(body).hexdigest()
     sample = ctx.probe.feed(body)
     st.stats.cache_breaks += sample.cache_break
     purpose = "continuation" if turn.answer.parts else "turn"
@@ -251,10 +251,12 @@ def _send(
     )  # fmt: skip
     level = turn.episode.level
     outcome, failure = yield from send_request(ctx, call, sent, level, len(turn.attempts) + 1, sample)
-    unread = failure is not None and failure.kind != FailureKind.CONTEXT_OVERFLOW and digest not in turn.probed
+    if failure is None:
+        return outcome, failure, ""
+    digest = hashlib.sha256(body).hexdigest()
+    unread = failure.kind != FailureKind.CONTEXT_OVERFLOW and digest not in turn.probed
     if isinstance(outcome, ModelFailure) and outcome.empty and unread:
         turn.probed.add(digest)
-        assert failure is not None
         turn.attempts.append(attempt_record(failure, level, sent))
         st.stats.count_failure(failure.kind.value)
         ctx.notify(

@@ -3,6 +3,7 @@ history event. No IO of its own: the archive is reached through its protocol."""
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,23 @@ class SettledPrefix:
 
     def passed(self, name: str, history: Sequence[Message], key: Any = None) -> None:
         self._passed[name] = (tuple(history), key)
+
+    def shrunk(self, name: str, before: Sequence[Message], after: Sequence[Message]) -> None:
+        """``after`` is ``before`` with messages replaced in place (a pressure pass's stubs): where
+        ``name`` last passed ``before``, record it as passing ``after`` too when every replacement
+        kept its place, kind and call ids and got no longer - for a check only a longer or a new
+        message can fail (the tool-result budgets), so the request after a pass still checks only
+        what it appends. Anything else leaves the record as it was (the next check runs over all)."""
+        seen = self._passed.get(name)
+        if seen is None or not len(seen[0]) == len(before) == len(after) or not all(map(operator.is_, seen[0], before)):
+            return
+        for i in itertools.compress(itertools.count(), map(operator.is_not, before, after)):  # the replaced, in C
+            old, new = before[i], after[i]
+            if (new.role, new.tool_call_id, new.tool_calls, new.preserve_verbatim, new.is_recall) != (
+                old.role, old.tool_call_id, old.tool_calls, old.preserve_verbatim, old.is_recall,
+            ) or len(new.content) > len(old.content):  # fmt: skip
+                return
+        self._passed[name] = (tuple(after), seen[1])
 
 
 @dataclass

@@ -95,8 +95,9 @@ def turn_boundary(ctx: FlowContext) -> None:
     announce_window(ctx)
     fit_newest_message(ctx)  # first: the pass must size the excerpt that will be sent, not the paste
     before = measure(ctx, st.history)
+    unrelieved = st.history
     history, report = relieve_pressure(
-        st.history,
+        unrelieved,
         archive=ctx.archive,
         measure=lambda h: measure(ctx, h),
         window=_token_limit(ctx),
@@ -117,6 +118,7 @@ def turn_boundary(ctx: FlowContext) -> None:
         _turn_rewrite(ctx, "microcompact", report.describe(), before, history, report.archived_keys, report.reason)
     if report.changed:
         st.history = history
+        ctx.settled.shrunk("budgets", unrelieved, history)  # stubs and excerpts pass the budgets they replace
     if budget.changed or report.changed:
         emit_history(ctx, "microcompact")
 

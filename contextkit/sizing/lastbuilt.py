@@ -5,16 +5,24 @@ request usually repeats the last one and adds a few messages. ``LastList`` keeps
 cached wire dicts and the copies it handed out, and ``LastBody`` the last body's joined JSON, each
 with the tuple of its messages: the longest shared prefix is found by comparing tuples in C (object
 by object, the same object equal at once; an equal copy has the same wire form), and only the
-messages after it are looked up. The copies handed out for that prefix are handed out again when the
-receiver left them as they were (one comparison in C), so a request copies only its new messages.
+messages after it are looked up.
+
+The copies handed out for that prefix are handed out again, so a request copies only its new
+messages. A receiver may write to its copies (litellm's message validation sets an assistant
+message's ``tool_calls`` to a copy of itself), so each copy, and each list and dict nested in it,
+notes a write that changes its value: writing an equal value keeps the copy's own (compared there
+and then, while the receiver holds the message), any other write notes the copy's position, and the
+next list copies those positions anew. Checking every copy of the prefix instead (one comparison in
+C per request) read every message of the history on every request: a few hundred microseconds per
+request at 700 messages, the memory reads of objects the receiver's own work had pushed out of
+the processor's caches.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, SupportsIndex
 
 from contextkit.messages import Message
 
@@ -27,7 +35,8 @@ def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
     appended to), else a binary search. Tuples of messages rather than lists of their ids: an id
     list costs an int object per message, several times the comparison itself."""
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:
+    # no slice of the one that is already n long: a slice writes to every object it holds
+    if (a if len(a) == n else a[:n]) == (b if len(b) == n else b[:n]):
         return n
     lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
     while hi - lo > 1:
@@ -48,15 +57,150 @@ def fresh(obj: Any) -> Any:
     return obj
 
 
-def _own_nested(copy: dict[str, Any]) -> None:
-    """Give a shallow copy of a wire message (``dict.copy``) its own nested lists and dicts: content
-    blocks copied whole, a call's dict and its ``function`` (the shape ``to_wire`` gives a call)."""
-    if isinstance(copy.get("content"), list):
-        copy.update(fresh(copy))
-        return
-    calls = copy.get("tool_calls")
-    if isinstance(calls, list):
-        copy["tool_calls"] = [{**c, "function": dict(c["function"])} for c in calls]
+def _kind(value: Any) -> type:
+    return dict if isinstance(value, dict) else list if isinstance(value, list) else type(value)
+
+
+class _Noted(dict):  # type: ignore[type-arg]
+    """A copy of a wire dict handed to a receiver: a write that changes its value notes the copy's
+    position in the list it was handed out in (``mark``: that list's notes and the position), so the
+    next list copies it anew; writing an equal value keeps this copy's own (see the module's words).
+    Copying or pickling one gives a plain dict: a copy the receiver makes is its own."""
+
+    __slots__ = ("mark",)
+    mark: tuple[list[int], int]
+
+    def _note(self) -> None:
+        self.mark[0].append(self.mark[1])
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if key in self:
+            held = dict.__getitem__(self, key)
+            if _kind(held) is _kind(value) and held == value:  # (1 == True, yet their JSON differs)
+                return  # the same value: this copy's own (still noted when written to) stays
+        self._note()
+        dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self._note()
+        dict.__delitem__(self, key)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            self._note()
+        return dict.setdefault(self, key, default)
+
+    def pop(self, *args: Any) -> Any:
+        self._note()
+        return dict.pop(self, *args)
+
+    def popitem(self) -> tuple[Any, Any]:
+        self._note()
+        return dict.popitem(self)
+
+    def clear(self) -> None:
+        self._note()
+        dict.clear(self)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._note()
+        dict.update(self, *args, **kwargs)
+
+    def __ior__(self, other: Any) -> Any:  # type: ignore[misc]  # as dict's own: any mapping
+        self._note()
+        return dict.__ior__(self, other)
+
+    def __copy__(self) -> dict[Any, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        import copy
+
+        return copy.deepcopy(dict(self), memo)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        return dict, (dict(self),)
+
+
+class _NotedList(list):  # type: ignore[type-arg]
+    """A list nested in a handed-out copy (tool calls, content blocks): any write notes the copy."""
+
+    __slots__ = ("mark",)
+    mark: tuple[list[int], int]
+
+    def _note(self) -> None:
+        self.mark[0].append(self.mark[1])
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self._note()
+        list.__setitem__(self, index, value)
+
+    def __delitem__(self, index: Any) -> None:
+        self._note()
+        list.__delitem__(self, index)
+
+    def __iadd__(self, other: Any) -> Any:  # type: ignore[misc]  # as list's own: any iterable
+        self._note()
+        return list.__iadd__(self, other)
+
+    def __imul__(self, n: SupportsIndex) -> Any:
+        self._note()
+        return list.__imul__(self, n)
+
+    def append(self, value: Any) -> None:
+        self._note()
+        list.append(self, value)
+
+    def extend(self, values: Any) -> None:
+        self._note()
+        list.extend(self, values)
+
+    def insert(self, index: SupportsIndex, value: Any) -> None:
+        self._note()
+        list.insert(self, index, value)
+
+    def pop(self, index: SupportsIndex = -1) -> Any:
+        self._note()
+        return list.pop(self, index)
+
+    def remove(self, value: Any) -> None:
+        self._note()
+        list.remove(self, value)
+
+    def clear(self) -> None:
+        self._note()
+        list.clear(self)
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        self._note()
+        list.sort(self, *args, **kwargs)
+
+    def reverse(self) -> None:
+        self._note()
+        list.reverse(self)
+
+    def __copy__(self) -> list[Any]:
+        return list(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        import copy
+
+        return copy.deepcopy(list(self), memo)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        return list, (list(self),)
+
+
+def _noted(obj: Any, mark: tuple[list[int], int]) -> Any:
+    """``obj`` (a wire dict) copied as noted dicts and lists, all of them noting ``mark``."""
+    if isinstance(obj, dict):
+        copy: Any = _Noted({k: _noted(v, mark) for k, v in obj.items()})
+    elif isinstance(obj, list):
+        copy = _NotedList(_noted(v, mark) for v in obj)
+    else:
+        return obj
+    copy.mark = mark
+    return copy
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +213,16 @@ def _shared(last: _Seen | None, messages: Sequence[Message]) -> tuple[tuple[Mess
     return held, common_prefix(last.messages, held) if last is not None else 0
 
 
+def _kept(items: list[Any], n: int) -> list[Any]:
+    """The first ``n`` of the last build's ``items``, to be appended to: the list itself when that is
+    all of it (the build that made it is replaced), so a history that only grew copies nothing."""
+    return items if n == len(items) else items[:n]
+
+
 @dataclass(frozen=True, slots=True)
 class _List(_Seen):
     wires: list[dict[str, Any]]  # the cached wire dicts
-    deep: list[int]  # positions of those copied one by one (nested lists: tool calls, content blocks)
-    handed: list[dict[str, Any]]  # the copies handed out (the receiver may have changed them since)
+    handed: list[dict[str, Any]]  # the copies handed out (``_Noted``: a receiver's writes are noted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,32 +236,33 @@ class LastList:
 
     def __init__(self) -> None:
         self._last: _List | None = None
+        self._notes: list[int] = []  # positions of handed-out copies a receiver wrote to since the last build
         self.looked_up = 0  # messages whose wire dict was looked up (the rest: the last list's prefix)
+        self.compared = 0  # copies of the shared prefix compared with their wire dicts (a receiver wrote to them)
+        self.recopied = 0  # of those, copied anew (the write changed them)
 
     def build(self, messages: Sequence[Message], wire_of: Callable[[Message], dict[str, Any]]) -> list[dict[str, Any]]:
         """Copies of ``wire_of(m)`` for every message (the receiver may change them), in a new list.
-        For the prefix shared with the last list, the copies handed out then are handed out again if
-        they still equal the wire dicts (the receiver changed none of them), else copied anew; the
-        copies of plain messages are made in C (``dict.copy``)."""
+        For the prefix shared with the last list the copies handed out then are handed out again,
+        but those a receiver changed since are copied anew."""
         last = self._last
         held, shared = _shared(last, messages)
-        wires = last.wires[:shared] if last is not None else []
-        deep = last.deep[: bisect.bisect_left(last.deep, shared)] if last is not None else []
-        out = last.handed[:shared] if last is not None else []
-        if out != wires:  # in C, value by value; the copies share every string with the wire dicts
-            out = list(map(dict.copy, wires))
-            for i in deep:
-                _own_nested(out[i])
+        wires = _kept(last.wires, shared) if last is not None else []
+        out = _kept(last.handed, shared) if last is not None else []
+        # the notes list itself stays: every copy handed out holds it
+        changed, self._notes[:] = set(self._notes), []
+        for i in changed:
+            if i < shared:
+                self.compared += 1
+                if out[i] != wires[i]:
+                    out[i] = _noted(wires[i], (self._notes, i))
+                    self.recopied += 1
         self.looked_up += len(held) - shared
         for i in range(shared, len(held)):
             wire = wire_of(held[i])
             wires.append(wire)
-            copy = wire.copy()
-            if isinstance(wire.get("content"), list) or isinstance(wire.get("tool_calls"), list):
-                deep.append(i)
-                _own_nested(copy)
-            out.append(copy)
-        self._last = _List(held, wires, deep, out)
+            out.append(_noted(wire, (self._notes, i)))
+        self._last = _List(held, wires, out)
         return list(out)
 
     def retain(self, keep: set[int]) -> None:
@@ -133,7 +283,7 @@ class LastBody:
         last = self._last
         held, shared = _shared(last, messages)
         head = last.text[: last.ends[shared]] if last is not None else ""
-        ends = last.ends[: shared + 1] if last is not None else [0]
+        ends = _kept(last.ends, shared + 1) if last is not None else [0]
         pieces = [json_of(m) for m in held[shared:]]
         self.looked_up += len(pieces)
         for piece in pieces:

@@ -205,10 +205,9 @@ class RequestMeter:
 
     def wire_list(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
         """``to_wire_list(messages)``: copies of the cached wire dicts (the receiver may change them:
-        litellm rewrites a message's ``tool_calls`` in place), converted once per message object.
-        The wire dicts of the longest prefix shared with the last list asked for are reused, and the
-        copies of plain messages are made in C (``dict.copy``): only the messages with nested lists
-        (tool calls, content blocks) are copied one by one."""
+        litellm's validation sets a message's ``tool_calls`` anew), converted once per message
+        object. The copies handed out for the longest prefix shared with the last list asked for
+        are handed out again unless the receiver changed them since (``LastList``)."""
         return self._list.build(messages, lambda m: self._wire(m)[1])
 
     def wire_body(self, messages: Sequence[Message], tools: Any) -> bytes:
@@ -286,10 +285,13 @@ class RequestMeter:
         """Request bytes and tokens of ``history`` (+ tools), equal to ``request_bytes`` exactly."""
         key = self._key(tools, params)
         self.calls += 1
-        messages = tuple(history)
+        # no copy of a list: a copy writes to every message object (its reference count), which at
+        # hundreds of messages costs more than the comparison - the memory reads of objects other
+        # work has pushed out of the processor's caches; the comparison reads only the two lists
+        messages = history if type(history) is list else list(history)
         with self._lock:
             for seen, seen_key, result in self._recent:
-                # the same messages: a tuple comparison in C, object by object (the same object is
+                # the same messages: a list comparison in C, object by object (the same object is
                 # equal at once; an equal copy measures the same)
                 if seen_key == key and seen.messages == messages:
                     self.hits += len(messages)  # every message's sizes came from memory
@@ -305,7 +307,7 @@ class RequestMeter:
                 if len(self._framing) > 64:
                     self._framing.clear()
                 self._framing[key] = framing
-        run = self._run_of(messages)
+        run = self._run_of(messages, copy=messages is history)
         total_bytes = run.bytes[-1]
         total_tokens = run.tokens[-1] + _REPLY_PRIMING + framing[1]
         if self.route == ANTHROPIC_ROUTE:
@@ -335,9 +337,10 @@ class RequestMeter:
             last = self._last_tools = (listed, json.dumps(listed, default=repr), fresh(listed))
         return last[1] + json.dumps(sorted(params.items()), default=repr)
 
-    def _run_of(self, messages: tuple[Message, ...]) -> _Run:
+    def _run_of(self, messages: list[Message], *, copy: bool) -> _Run:
         """The running totals of ``messages``: the longest prefix shared with a run already summed
-        comes from it, only the messages after it are looked up."""
+        comes from it, only the messages after it are looked up. ``copy``: ``messages`` is the
+        caller's list (kept as a copy: the caller may change it)."""
         with self._lock:
             runs = list(self._runs)
         shared, base = 0, None
@@ -358,7 +361,7 @@ class RequestMeter:
             t_total += t
             cum_bytes.append(b_total)
             cum_tokens.append(t_total)
-        run = _Run(messages, cum_bytes, cum_tokens)
+        run = _Run(list(messages) if copy else messages, cum_bytes, cum_tokens)
         with self._lock:
             self.summed += len(messages) - shared
             self._runs = [run, *[r for r in self._runs if r is not base], *([base] if base is not None else [])][
@@ -510,7 +513,7 @@ class _Run:
     """A history summed: its messages and the running totals of their bytes and raw tokens
     (``bytes[i]``: the first ``i`` messages)."""
 
-    messages: tuple[Message, ...]
+    messages: list[Message]  # never changed once summed
     bytes: list[int]
     tokens: list[int]
 
