@@ -26,6 +26,10 @@ Each figure is printed beside a baseline measured in the same run, with the date
    ``litellm.completion``: what is left is contextkit's own work per turn. Where the marks fall in
    the compaction cycle is chance, so it also prints the own CPU of every append-only turn by the
    history's length and its slope (Theil-Sen): work that follows new content has a slope near 0.
+   A shared machine's speed drifts during the run, so every turn of the long session is followed
+   by a turn of a fresh session (a new one every 10 turns, the same workload): the "fresh" column
+   and the by-length table's difference, pair by pair with a bootstrap interval, compare the two at
+   the same moments.
 
 Files are built once into ``--cache`` (default ``~/.cache/contextkit/scale``) and reused.
 
