@@ -411,14 +411,19 @@ def turns_after(history: Sequence[Message]) -> list[int]:
 _AGE_OUT_AFTER = operator.attrgetter("age_out_after")
 
 
+def ages(history: Sequence[Message], start: int = 0) -> bool:
+    """Whether a message of ``history[start:]`` ages out (``age_out_after`` set): one pass in C."""
+    return any(map(_AGE_OUT_AFTER, history[start:] if start else history))
+
+
 def age_messages(history: Sequence[Message], archive: ArchiveSink) -> tuple[list[Message], list[str]]:
     """(the history with every ``Message(age_out_after=N)`` that has N user turns after it replaced
     by its stub, the archive keys written). A stub keeps the message's role, tool calls and tool call
     id (the pairing holds); its images are in the archived original. Pure but for the archive."""
     out = list(history)
     keys: list[str] = []
-    if not any(map(_AGE_OUT_AFTER, history)):  # in C: a positive number of turns, or None
-        return out, keys  # the common case, checked on every request: no count needed
+    if not ages(history):  # in C: a positive number of turns, or None
+        return out, keys  # the common case: no count needed
     for i, (m, later) in enumerate(zip(history, turns_after(history), strict=True)):
         if m.age_out_after is None or later < m.age_out_after:
             continue

@@ -1,7 +1,7 @@
 """contextkit's own work per request is O(new content), not O(history): in a 100-turn tool session
 each request is measured a bounded number of times, and the messages the meter sums, serialises,
-lists and joins per request, and those pairing's check and the tool-result budgets look at, do not
-grow with the history; what is reused from the last request equals what would be built anew."""
+lists and joins per request, and those pairing's check, the tool-result budgets and aging look at,
+do not grow with the history; what is reused from the last request equals what would be built anew."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from contextkit import Limits, Session, ToolResult
 from contextkit.archive import Archive
+from contextkit.limits import preflight
 from contextkit.messages import Message
 from contextkit.policy import budgets, pairing
 from contextkit.sim import GatewaySimulator, Workspace
@@ -37,11 +38,11 @@ def per_request(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[floa
 
     folder = tmp_path_factory.mktemp("work")
     counts: dict[str, list[float]] = {
-        "calls": [], "summed": [], "serialised": [], "listed": [], "joined": [], "paired": [], "budgeted": [],
+        "calls": [], "summed": [], "serialised": [], "listed": [], "joined": [], "paired": [], "budgeted": [], "aging": [],
         "history": [], "cap": [], "compared": [],
     }  # fmt: skip
-    walked = {"paired": 0, "budgeted": 0}  # messages the pairing check and the budgets' rounds looked at
-    shape, groups = pairing._has_valid_shape, budgets._groups
+    walked = {"paired": 0, "budgeted": 0, "aging": 0}  # messages pairing, the budgets and aging looked at
+    shape, groups, ages = pairing._has_valid_shape, budgets._groups, preflight.ages
 
     def counted_shape(history: Sequence[Message], start: int = 0) -> bool:
         walked["paired"] += len(history) - start
@@ -51,9 +52,14 @@ def per_request(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[floa
         walked["budgeted"] += len(history) - begin
         return groups(history, begin)
 
+    def counted_ages(history: Sequence[Message], start: int = 0) -> bool:
+        walked["aging"] += len(history) - start
+        return ages(history, start)
+
     patch = pytest.MonkeyPatch()
     patch.setattr(pairing, "_has_valid_shape", counted_shape)
     patch.setattr(budgets, "_groups", counted_groups)
+    patch.setattr(preflight, "ages", counted_ages)
     with patch.context(), GatewaySimulator(max_body="64KB", reject_with="413") as gw:
         archive = Archive(Path(folder) / "a.sqlite", session_id="w", retention=None)
         session = Session(gw.model, api_base=gw.api_base, api_key="k", archive=archive, session_id="w",
@@ -64,6 +70,7 @@ def per_request(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[floa
             gw.clear_log()
             calls, summed, serialised = meter.calls, meter.summed, meter.serialised
             listed, joined, paired, budgeted = meter.listed, meter.joined, walked["paired"], walked["budgeted"]
+            aging = walked["aging"]
             session.send(f'[[tool:read_file {{"path": "src/mod_{turn % 37}.py"}}]] turn {turn}: check it')
             requests = len(gw.requests)
             assert requests >= 1
@@ -74,6 +81,7 @@ def per_request(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[floa
             counts["joined"].append((meter.joined - joined) / requests)
             counts["paired"].append((walked["paired"] - paired) / requests)
             counts["budgeted"].append((walked["budgeted"] - budgeted) / requests)
+            counts["aging"].append((walked["aging"] - aging) / requests)
             counts["history"].append(len(session.history))
             counts["cap"].append(session.payload_cap or 0)
             counts["compared"].append(meter._list.compared)
@@ -90,7 +98,7 @@ def test_each_request_is_measured_a_bounded_number_of_times(per_request: dict[st
     assert max(per_request["calls"]) <= 16
 
 
-@pytest.mark.parametrize("what", ["summed", "serialised", "listed", "joined", "paired", "budgeted"])
+@pytest.mark.parametrize("what", ["summed", "serialised", "listed", "joined", "paired", "budgeted", "aging"])
 def test_messages_per_request_do_not_grow_with_the_history(per_request: dict[str, list[float]], what: str) -> None:
     """Median over the first and the last 20 turns: a pass that rewrites many results costs its
     rewrites once (a few turns), an append-only request only its new messages."""
@@ -98,6 +106,18 @@ def test_messages_per_request_do_not_grow_with_the_history(per_request: dict[str
     late = statistics.median(per_request[what][-20:])
     assert late <= early + 2, (early, late)
     assert late <= 12, late
+
+
+@given(st.lists(st.integers(0, 3), max_size=8), st.lists(st.integers(0, 3), max_size=8), st.booleans())
+def test_a_prefix_copy_is_a_copy_and_the_shared_prefix(last: list[int], items: list[int], as_tuple: bool) -> None:
+    from contextkit.sizing.lastbuilt import common_prefix, prefix_copy
+
+    objects = [object() for _ in range(4)]  # compared by identity, as messages are
+    last_objects = [objects[i] for i in last]
+    given_items = [objects[i] for i in items]
+    held, shared = prefix_copy(last_objects, tuple(given_items) if as_tuple else given_items)
+    assert held == given_items and held is not given_items and type(held) is list
+    assert shared == common_prefix(last_objects, given_items)
 
 
 def test_a_running_total_equals_a_fresh_measure_after_a_rewrite_in_the_middle() -> None:
@@ -308,7 +328,7 @@ def test_retain_waits_while_the_caches_hold_at_most_an_eighth_more_than_the_hist
     assert meter.measure(history[:80]).bytes == request_bytes(history[:80])
 
 
-def test_a_settled_prefix_is_only_the_same_objects_checked_with_the_same_limits() -> None:
+def test_a_settled_prefix_is_only_the_same_messages_checked_with_the_same_limits() -> None:
     from contextkit.limits.context import SettledPrefix
 
     settled = SettledPrefix()
@@ -320,7 +340,10 @@ def test_a_settled_prefix_is_only_the_same_objects_checked_with_the_same_limits(
     assert settled.start("budgets", grown, 2) == 0  # other limits: everything again
     assert settled.start("pairing", grown) == 0  # another check
     equal_copy = [*history[:2], Message.user("m1"), *history[3:], grown[-1]]  # equal, not the same object
-    assert settled.start("budgets", equal_copy, 1) == 0
+    assert settled.start("budgets", equal_copy, 1) == len(history)  # the same message: it passes the same
+    other = [*history[:2], Message.user("m1 changed"), *history[3:], grown[-1]]
+    assert settled.start("budgets", other, 1) == 0
+    assert settled.start("budgets", tuple(grown), 1) == len(history)  # any sequence
     assert settled.start("budgets", history[:3], 1) == 0  # a cut: the passed history is gone
 
 

@@ -30,37 +30,45 @@ class SettledPrefix:
     ``start(name, history, key)`` is how many leading messages of ``history`` are, object for object,
     the history ``name`` last passed with the same ``key``; 0 when any of them changed (a rewrite, a
     compaction: the check then runs over everything, as it would without this). ``passed`` records a
-    history the check left valid. Comparing is by identity in C (``operator.is_`` over two tuples):
-    messages are immutable, so the same object is the same message."""
+    history the check left valid (a copy: the caller may change its list). Comparing is a list
+    comparison in C: messages are immutable, so the same object is the same message and is equal at
+    once, from the two lists' pointers alone (an equal copy is the same message too)."""
 
     def __init__(self) -> None:
-        self._passed: dict[str, tuple[tuple[Message, ...], Any]] = {}
+        self._passed: dict[str, tuple[list[Message], Any]] = {}
 
     def start(self, name: str, history: Sequence[Message], key: Any = None) -> int:
         seen = self._passed.get(name)
         if seen is None or seen[1] != key or len(seen[0]) > len(history):
             return 0
-        return len(seen[0]) if all(map(operator.is_, seen[0], history)) else 0
+        return len(seen[0]) if seen[0] == _head(history, len(seen[0])) else 0
 
     def passed(self, name: str, history: Sequence[Message], key: Any = None) -> None:
-        self._passed[name] = (tuple(history), key)
+        self._passed[name] = (list(history), key)
 
     def shrunk(self, name: str, before: Sequence[Message], after: Sequence[Message]) -> None:
         """``after`` is ``before`` with messages replaced in place (a pressure pass's stubs): where
         ``name`` last passed ``before``, record it as passing ``after`` too when every replacement
-        kept its place, kind and call ids and got no longer - for a check only a longer or a new
-        message can fail (the tool-result budgets), so the request after a pass still checks only
+        kept its place, kind, call ids and flags and got no longer - for a check only a longer or a
+        new message can fail (the tool-result budgets, aging), so the request after a pass checks only
         what it appends. Anything else leaves the record as it was (the next check runs over all)."""
         seen = self._passed.get(name)
-        if seen is None or not len(seen[0]) == len(before) == len(after) or not all(map(operator.is_, seen[0], before)):
+        if seen is None or not len(seen[0]) == len(before) == len(after) or seen[0] != _head(before, len(before)):
             return
         for i in itertools.compress(itertools.count(), map(operator.is_not, before, after)):  # the replaced, in C
             old, new = before[i], after[i]
-            if (new.role, new.tool_call_id, new.tool_calls, new.preserve_verbatim, new.is_recall) != (
-                old.role, old.tool_call_id, old.tool_calls, old.preserve_verbatim, old.is_recall,
+            if (new.role, new.tool_call_id, new.tool_calls, new.preserve_verbatim, new.is_recall, new.age_out_after) != (
+                old.role, old.tool_call_id, old.tool_calls, old.preserve_verbatim, old.is_recall, old.age_out_after,
             ) or len(new.content) > len(old.content):  # fmt: skip
                 return
-        self._passed[name] = (tuple(after), seen[1])
+        self._passed[name] = (list(after), seen[1])
+
+
+def _head(history: Sequence[Message], n: int) -> list[Message]:
+    """The first ``n`` messages of ``history`` as a list, the list itself when that is all of it."""
+    if type(history) is list:
+        return history if len(history) == n else history[:n]
+    return list(history[:n])
 
 
 @dataclass

@@ -20,7 +20,7 @@ from contextkit.limits.floor import floor_measure, floor_text
 from contextkit.limits.learning import announce_window
 from contextkit.limits.summary_guard import watch_summaries
 from contextkit.markers import marker
-from contextkit.messages import Message, age_messages, newest_request_index
+from contextkit.messages import Message, age_messages, ages, newest_request_index
 from contextkit.policy.breakpoints import EPHEMERAL, anchor_position, breakpoint_positions, with_breakpoints
 from contextkit.policy.budgets import enforce_tool_result_budgets, preview_chars
 from contextkit.policy.microcompact import MicrocompactConfig
@@ -76,12 +76,15 @@ def turn_boundary(ctx: FlowContext) -> None:
     append-only and the provider's prompt cache survives.
     """
     st = ctx.state
-    history, aged = age_messages(st.history, ctx.archive)  # Message(age_out_after=N): stubs after N turns
-    if aged:
-        what = f"{len(aged)} message{'s' if len(aged) != 1 else ''} aged into recallable stubs (originals archived)"
-        ctx.notify("aging", what, "info")
-        _turn_rewrite(ctx, "aging", what, measure(ctx, st.history), history, aged)
-        st.history = history
+    if not ages(st.history, ctx.settled.start("aging", st.history)):  # the usual history: none ever ages
+        ctx.settled.passed("aging", st.history)
+    else:
+        history, aged = age_messages(st.history, ctx.archive)  # Message(age_out_after=N): stubs after N turns
+        if aged:
+            what = f"{len(aged)} message{'s' if len(aged) != 1 else ''} aged into recallable stubs (originals archived)"
+            ctx.notify("aging", what, "info")
+            _turn_rewrite(ctx, "aging", what, measure(ctx, st.history), history, aged)
+            st.history = history
     limits = (st.turn_budget, st.per_result_budget, _preview_chars(ctx))
     history, budget = enforce_tool_result_budgets(
         st.history, archive=ctx.archive, turn_budget=limits[0], per_result=limits[1], preview=limits[2],
@@ -118,7 +121,8 @@ def turn_boundary(ctx: FlowContext) -> None:
         _turn_rewrite(ctx, "microcompact", report.describe(), before, history, report.archived_keys, report.reason)
     if report.changed:
         st.history = history
-        ctx.settled.shrunk("budgets", unrelieved, history)  # stubs and excerpts pass the budgets they replace
+        for check in ("budgets", "aging"):  # stubs and excerpts pass what the messages they replace passed
+            ctx.settled.shrunk(check, unrelieved, history)
     if budget.changed or report.changed:
         emit_history(ctx, "microcompact")
 

@@ -1,10 +1,10 @@
 """What the meter built for the last request, reused for the prefix the next one shares.
 
-The turn flow hands litellm a list of wire dicts and hashes the body's JSON for every request; a
+The turn flow hands litellm a list of wire dicts and joins the body's JSON for every request; a
 request usually repeats the last one and adds a few messages. ``LastList`` keeps the last list's
 cached wire dicts and the copies it handed out, and ``LastBody`` the last body's joined JSON, each
-with the tuple of its messages: the longest shared prefix is found by comparing tuples in C (object
-by object, the same object equal at once; an equal copy has the same wire form), and only the
+with a copy of its messages: the longest shared prefix is found by comparing lists in C (object by
+object, the same object equal at once; an equal copy has the same wire form), and only the
 messages after it are looked up.
 
 The copies handed out for that prefix are handed out again, so a request copies only its new
@@ -26,7 +26,7 @@ from typing import Any, SupportsIndex
 
 from contextkit.messages import Message
 
-__all__ = ["LastBody", "LastList", "common_prefix", "fresh"]
+__all__ = ["LastBody", "LastList", "common_prefix", "fresh", "prefix_copy"]
 
 
 def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
@@ -203,14 +203,29 @@ def _noted(obj: Any, mark: tuple[list[int], int]) -> Any:
     return copy
 
 
+def prefix_copy(last: list[Any], items: Sequence[Any]) -> tuple[list[Any], int]:
+    """(a list copy of ``items``, the length of the prefix it shares with ``last``), with one copy
+    when ``last`` is all of that prefix (a history that only grew since): the copy of its first
+    ``len(last)`` items is compared with ``last`` (in C, the same object equal at once) and then
+    extended. A copy writes to every object it holds (its reference count): at hundreds of messages
+    that, not the comparison, is the cost, so it is made once."""
+    n = len(last)
+    if n <= len(items):
+        held = items[:n] if type(items) is list else list(items[:n])
+        if held == last:
+            held.extend(items[n:])
+            return held, n
+    held = list(items)
+    return held, common_prefix(last, held)
+
+
 @dataclass(frozen=True, slots=True)
 class _Seen:
-    messages: tuple[Message, ...]
+    messages: list[Message]  # a copy, never changed
 
 
-def _shared(last: _Seen | None, messages: Sequence[Message]) -> tuple[tuple[Message, ...], int]:
-    held = tuple(messages)
-    return held, common_prefix(last.messages, held) if last is not None else 0
+def _shared(last: _Seen | None, messages: Sequence[Message]) -> tuple[list[Message], int]:
+    return prefix_copy(last.messages, messages) if last is not None else (list(messages), 0)
 
 
 def _kept(items: list[Any], n: int) -> list[Any]:

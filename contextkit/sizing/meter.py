@@ -8,6 +8,7 @@ import operator
 import os
 import re
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import Any
 
 from contextkit.messages import Message, to_wire
 from contextkit.sizing.counting import _REPLY_PRIMING, message_tokens, tools_tokens
-from contextkit.sizing.lastbuilt import LastBody, LastList, common_prefix, fresh
+from contextkit.sizing.lastbuilt import LastBody, LastList, common_prefix, fresh, prefix_copy
 from contextkit.sizing.wire import (
     _NOT_SENT,
     ANTHROPIC_ROUTE,
@@ -307,7 +308,7 @@ class RequestMeter:
                 if len(self._framing) > 64:
                     self._framing.clear()
                 self._framing[key] = framing
-        run = self._run_of(messages, copy=messages is history)
+        run = self._run_of(messages)
         total_bytes = run.bytes[-1]
         total_tokens = run.tokens[-1] + _REPLY_PRIMING + framing[1]
         if self.route == ANTHROPIC_ROUTE:
@@ -337,33 +338,35 @@ class RequestMeter:
             last = self._last_tools = (listed, json.dumps(listed, default=repr), fresh(listed))
         return last[1] + json.dumps(sorted(params.items()), default=repr)
 
-    def _run_of(self, messages: list[Message], *, copy: bool) -> _Run:
+    def _run_of(self, messages: Sequence[Message]) -> _Run:
         """The running totals of ``messages``: the longest prefix shared with a run already summed
-        comes from it, only the messages after it are looked up. ``copy``: ``messages`` is the
-        caller's list (kept as a copy: the caller may change it)."""
+        comes from it, only the messages after it are looked up."""
         with self._lock:
             runs = list(self._runs)
-        shared, base = 0, None
-        for run in runs:  # the newest first: usually it holds all of them but the new messages
+        # the newest run first: usually it holds all of them but the new messages (one copy then)
+        held, shared = prefix_copy(runs[0].messages, messages) if runs else (list(messages), 0)
+        base = runs[0] if runs and shared else None
+        for run in runs[1:]:
+            if shared == len(held):
+                break  # nothing left to sum
             if len(run.messages) <= shared:
                 continue  # it cannot share more
-            n = common_prefix(run.messages, messages)
+            n = common_prefix(run.messages, held)
             if n > shared:
                 shared, base = n, run
-            if shared == len(messages):
-                break  # nothing left to sum
-        cum_bytes = base.bytes[: shared + 1] if base is not None else [0]
-        cum_tokens = base.tokens[: shared + 1] if base is not None else [0]
+        # running totals as arrays: a slice of one is a copy of its memory, not of an int object per message
+        cum_bytes = base.bytes[: shared + 1] if base is not None else array("q", [0])
+        cum_tokens = base.tokens[: shared + 1] if base is not None else array("q", [0])
         b_total, t_total = cum_bytes[-1], cum_tokens[-1]
-        for message in messages[shared:]:
+        for message in held[shared:]:
             b, t = self._sizes(message)
             b_total += b
             t_total += t
             cum_bytes.append(b_total)
             cum_tokens.append(t_total)
-        run = _Run(list(messages) if copy else messages, cum_bytes, cum_tokens)
+        run = _Run(held, cum_bytes, cum_tokens)
         with self._lock:
-            self.summed += len(messages) - shared
+            self.summed += len(held) - shared
             self._runs = [run, *[r for r in self._runs if r is not base], *([base] if base is not None else [])][
                 :RECENT_REQUESTS
             ]
@@ -513,9 +516,9 @@ class _Run:
     """A history summed: its messages and the running totals of their bytes and raw tokens
     (``bytes[i]``: the first ``i`` messages)."""
 
-    messages: list[Message]  # never changed once summed
-    bytes: list[int]
-    tokens: list[int]
+    messages: list[Message]  # a copy, never changed once summed
+    bytes: array[int]
+    tokens: array[int]
 
 
 def total_chars(history: Iterable[Message]) -> int:
