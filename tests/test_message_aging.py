@@ -13,7 +13,8 @@ from contextkit.errors import InvalidMessageError
 from contextkit.events import CompactionEvent, NoticeEvent
 from contextkit.limits.floor import floor_measure
 from contextkit.markers import extract_keys_tolerant
-from contextkit.messages import Message, age_messages, aged_stub, message_from_dict, message_to_dict, turns_after
+from contextkit.messages import Message, message_from_dict, message_to_dict
+from contextkit.policy.aging import age_messages, aged_stub, turns_after
 from contextkit.policy.testing import MemorySink
 from contextkit.prompt.assembly import Assembler, Block
 from contextkit.session.core import Session

@@ -118,9 +118,9 @@ def test_a_grown_history_hands_litellm_only_the_stand_ins(gw, monkeypatch):
     measured = meter.measure(history).bytes
     assert measured == request_bytes(history, model=model) > 250_000
     assert seen[0] < 20_000  # the stand-ins' body, not the history's
-    cut = len(meter._skeletons)
+    cut = meter._anthropic.entries
     meter.measure([*history, Message.user("one more " + CJK)])
-    assert len(meter._skeletons) == cut + 1
+    assert meter._anthropic.entries == cut + 1
 
 
 def test_a_stand_in_litellm_drops_makes_that_request_measured_from_the_real_messages(gw, monkeypatch):

@@ -20,7 +20,8 @@ from contextkit.limits.floor import floor_measure, floor_text
 from contextkit.limits.learning import announce_window
 from contextkit.limits.summary_guard import watch_summaries
 from contextkit.markers import marker
-from contextkit.messages import Message, age_messages, ages, newest_request_index
+from contextkit.messages import Message, newest_request_index
+from contextkit.policy.aging import age_messages, ages
 from contextkit.policy.breakpoints import EPHEMERAL, anchor_position, breakpoint_positions, with_breakpoints
 from contextkit.policy.budgets import enforce_tool_result_budgets, preview_chars
 from contextkit.policy.microcompact import MicrocompactConfig

@@ -31,7 +31,8 @@ from typing import Any
 
 from contextkit.errors import ConfigError
 from contextkit.markers import ArchiveSink
-from contextkit.messages import Message, aged_stub, from_wire, to_wire
+from contextkit.messages import Message, from_wire, to_wire
+from contextkit.policy.aging import aged_stub
 from contextkit.sizing import dumps, message_bytes, text_tokens
 
 __all__ = ["Assembler", "Assembly", "AssemblyLog", "Block", "BlockLog"]

@@ -61,17 +61,37 @@ def _kind(value: Any) -> type:
     return dict if isinstance(value, dict) else list if isinstance(value, list) else type(value)
 
 
-class _Noted(dict):  # type: ignore[type-arg]
-    """A copy of a wire dict handed to a receiver: a write that changes its value notes the copy's
-    position in the list it was handed out in (``mark``: that list's notes and the position), so the
-    next list copies it anew; writing an equal value keeps this copy's own (see the module's words).
-    Copying or pickling one gives a plain dict: a copy the receiver makes is its own."""
+class _Noting:
+    """What a noted dict and a noted list share: ``mark`` (the notes of the list the copy was handed
+    out in, and its position there) and copies that are plain (a copy the receiver makes is its own,
+    and copying or pickling one never drags the notes along)."""
 
-    __slots__ = ("mark",)
+    __slots__ = ()
     mark: tuple[list[int], int]
+    _plain: type
 
     def _note(self) -> None:
         self.mark[0].append(self.mark[1])
+
+    def __copy__(self) -> Any:
+        return self._plain(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        import copy
+
+        return copy.deepcopy(self._plain(self), memo)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        return self._plain, (self._plain(self),)
+
+
+class _Noted(_Noting, dict):  # type: ignore[type-arg]
+    """A copy of a wire dict handed to a receiver: a write that changes its value notes the copy's
+    position in the list it was handed out in, so the next list copies it anew; writing an equal
+    value keeps this copy's own (see the module's words)."""
+
+    __slots__ = ("mark",)
+    _plain = dict
 
     def __setitem__(self, key: Any, value: Any) -> None:
         if key in self:
@@ -110,26 +130,12 @@ class _Noted(dict):  # type: ignore[type-arg]
         self._note()
         return dict.__ior__(self, other)
 
-    def __copy__(self) -> dict[Any, Any]:
-        return dict(self)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        import copy
-
-        return copy.deepcopy(dict(self), memo)
-
-    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
-        return dict, (dict(self),)
-
-
-class _NotedList(list):  # type: ignore[type-arg]
+class _NotedList(_Noting, list):  # type: ignore[type-arg]
     """A list nested in a handed-out copy (tool calls, content blocks): any write notes the copy."""
 
     __slots__ = ("mark",)
-    mark: tuple[list[int], int]
-
-    def _note(self) -> None:
-        self.mark[0].append(self.mark[1])
+    _plain = list
 
     def __setitem__(self, index: Any, value: Any) -> None:
         self._note()
@@ -178,17 +184,6 @@ class _NotedList(list):  # type: ignore[type-arg]
     def reverse(self) -> None:
         self._note()
         list.reverse(self)
-
-    def __copy__(self) -> list[Any]:
-        return list(self)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        import copy
-
-        return copy.deepcopy(list(self), memo)
-
-    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
-        return list, (list(self),)
 
 
 def _noted(obj: Any, mark: tuple[list[int], int]) -> Any:
