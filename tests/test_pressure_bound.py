@@ -98,8 +98,8 @@ def test_the_shortcut_decides_as_the_whole_pass(history: list[Message], fill: fl
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories(), st.lists(st.integers(0, 10**6), min_size=1, max_size=8), st.integers(1, 3))
 def test_the_tally_kept_from_request_to_request_is_the_bound(history: list[Message], steps: list[int], keep: int) -> None:
-    """The flow asks the bound of a history that grew, or was rewritten near its end, since the last
-    request: the running totals it keeps give what a whole walk gives, every time."""
+    """The flow asks the bound of a history that grew, or was rewritten near its end, or cut back,
+    since the last request: the running totals it keeps give what a whole walk gives, every time."""
     tally = PressureTally()
     current = history[:2]
     for n, step in enumerate(steps):
@@ -107,6 +107,8 @@ def test_the_tally_kept_from_request_to_request_is_the_bound(history: list[Messa
         if step % 3 == 0 and results:  # a rewrite: a tool result replaced by a stub
             i = results[step % len(results)]
             current = [*current[:i], current[i].with_content("[Old tool result cleared - 1 lines]"), *current[i + 1 :]]
+        elif step % 5 == 1:  # cut back (a truncation)
+            current = current[: max(2, step % (len(current) + 1))]
         else:  # the history grew
             current = history[: max(len(current), 2 + step % (len(history) + 1))]
         protect = kept_indices(current, keep)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from contextkit import Limits, Session, ToolResult
 from contextkit.archive import Archive
 from contextkit.limits import preflight
-from contextkit.messages import Message
+from contextkit.messages import Message, to_wire_list
 from contextkit.policy import budgets, pairing
 from contextkit.sim import GatewaySimulator, Workspace
 from contextkit.sizing import RequestMeter, request_bytes
@@ -293,6 +293,100 @@ def test_lists_and_bodies_built_from_the_last_ones_equal_fresh_ones(steps: list[
                 wire["content"].append({"type": "text", "text": "added"})
         body = dumps({"tools": tools, "messages": to_wire_list(history)}).encode("utf-8", "surrogatepass")
         assert meter.wire_body(history, tools) == body
+
+
+@settings(deadline=None, max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["append", "rewrite", "longer", "flag", "accent", "cut", "other", "same", "tools", "body"]),
+            st.integers(0, 30),
+        ),
+        max_size=14,
+    )
+)
+def test_the_body_step_reads_the_bodies_as_the_byte_probe_does(steps: list[tuple[str, int]]) -> None:
+    """``body_step`` compares each body with the one before from the pieces' sizes, without joining
+    either: after appends, rewrites (one that only lengthens a message, one that changes only what is
+    not sent, one that changes a character sharing its first UTF-8 byte), cuts, an unrelated history,
+    the same history again and other tools, its figures must be those of ``PrefixProbe`` over the
+    whole bodies, byte for byte (and ``wire_body`` or ``retain`` in between must not move them)."""
+    from dataclasses import replace
+
+    from contextkit.messages import ToolCall
+    from contextkit.prompt.prefix import PrefixProbe
+    from contextkit.sizing import dumps
+
+    def message(i: int) -> Message:
+        kind = i % 4
+        if kind == 0:
+            return Message.user(f"question {i} é€")
+        if kind == 1:
+            return Message.assistant(f"step {i}", [ToolCall(f"c{i}", "read_file", '{"path": "a.py"}')])
+        if kind == 2:
+            return Message.tool(f"c{i - 1}", f"result {i} " * (i % 7))
+        return Message.user(f"picture {i}", images=("data:image/png;base64,iVBORw0KGgo=",))
+
+    meter, probe = RequestMeter(), PrefixProbe()
+    toolsets = [
+        [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}],
+        [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}},
+         {"type": "function", "function": {"name": "recall", "description": "é", "parameters": {"type": "object"}}}],
+        [],
+    ]  # fmt: skip
+    tools = toolsets[0]
+    history = [Message.system("s"), *(message(i) for i in range(5))]
+    made = 5
+    for op, n in [("same", 0), *steps]:
+        i = n % len(history) if history else 0
+        if op == "append":
+            history = [*history, *(message(made + j) for j in range(n % 5 + 1))]
+            made += n % 5 + 1
+        elif op == "rewrite" and history:
+            history = [*history[:i], Message.user(f"rewritten {made}"), *history[i + 1 :]]
+            made += 1
+        elif op == "longer" and history:  # the old JSON's text up to its close leads the new one
+            history = [*history[:i], replace(history[i], content=history[i].content + " more"), *history[i + 1 :]]
+        elif op == "flag" and history:  # a message unequal to the old one, with the same JSON
+            old = history[i]
+            history = [*history[:i], replace(old, preserve_verbatim=not old.preserve_verbatim), *history[i + 1 :]]
+        elif op == "accent" and history:  # é and è share their first UTF-8 byte
+            history = [*history[:i], replace(history[i], content=history[i].content.replace("é", "è")), *history[i + 1 :]]
+        elif op == "cut":
+            history = history[: n % (len(history) + 1)]
+        elif op == "other":
+            history = [Message.system("other"), *(message(made + j) for j in range(n % 6))]
+            made += n % 6
+        elif op == "tools":
+            tools = toolsets[n % len(toolsets)]
+        elif op == "body":  # asked between requests: neither moves what the next request is compared with
+            meter.wire_body([message(made)], toolsets[2])
+            meter.retain(history[: n % (len(history) + 1)])
+        body = dumps({"tools": tools, "messages": to_wire_list(history)}).encode("utf-8", "surrogatepass")
+        expected = probe.feed(body)
+        assert meter.body_step(history, tools) == (expected.body_bytes, expected.previous_bytes, expected.shared_bytes)
+        assert meter.wire_body(history, tools) == body
+
+
+def test_a_request_body_is_compared_without_being_joined(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session's requests are compared with the ones before from the pieces' sizes: no request
+    body is joined while every request succeeds (a join copies the whole history), and a chat that
+    only appends reads as one, each request sharing all of the one before but its closing ``]}``."""
+    from contextkit.events import RequestEvent
+    from contextkit.sizing import lastbuilt
+
+    joined: list[int] = []
+    build = lastbuilt.LastBody.build
+    monkeypatch.setattr(lastbuilt.LastBody, "build", lambda self, *a: joined.append(1) or build(self, *a))
+    with GatewaySimulator() as gw:
+        session = Session(gw.model, api_base=gw.api_base, api_key="k", status=None, on_flush=None)
+        for turn in range(6):
+            session.send(f"turn {turn}: " + "é" * turn)
+        sent = [e for e in session.events if isinstance(e, RequestEvent)]
+        session.close()
+    assert joined == []
+    assert len(sent) == 6 and sent[0].append_only is None
+    assert all(e.append_only and 0.9 < (e.prefix_share or 0) < 1 for e in sent[1:])
 
 
 @pytest.mark.parametrize("copies", [False, True])

@@ -38,7 +38,7 @@ from contextkit.engine import fallback, provider_edits
 from contextkit.engine.answer import Answer
 from contextkit.engine.effects import CallModel, ModelFailure, ModelReply, Reply, RunTools, Sleep, StreamNote
 from contextkit.engine.recall_round import model_recall_round
-from contextkit.engine.request import attempt_record, request_body, send_request
+from contextkit.engine.request import attempt_record, body_sample, request_body, send_request
 from contextkit.engine.tool_round import run_tool_round
 from contextkit.errors import AuthenticationFailed, ProviderError, RecoveryFailedError, UsageError
 from contextkit.failures.classify import Failure, FailureKind
@@ -239,8 +239,7 @@ def _send(
     "" otherwise: a hash reads the whole body). An empty stream hid the provider's answer: the same
     body is asked once more without streaming, to read it."""
     st, sent, request = ctx.state, prepared.sent, prepared.request
-    body = request_body(ctx, prepared.out)
-    sample = ctx.probe.feed(body)
+    sample = body_sample(ctx, prepared.out)
     st.stats.cache_breaks += sample.cache_break
     purpose = "continuation" if turn.answer.parts else "turn"
     ctx.cache_anchor = request.anchor
@@ -253,7 +252,7 @@ def _send(
     outcome, failure = yield from send_request(ctx, call, sent, level, len(turn.attempts) + 1, sample)
     if failure is None:
         return outcome, failure, ""
-    digest = hashlib.sha256(body).hexdigest()
+    digest = hashlib.sha256(request_body(ctx, prepared.out)).hexdigest()
     unread = failure.kind != FailureKind.CONTEXT_OVERFLOW and digest not in turn.probed
     if isinstance(outcome, ModelFailure) and outcome.empty and unread:
         turn.probed.add(digest)

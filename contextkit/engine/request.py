@@ -1,6 +1,7 @@
 """One model request of the turn flow: the ``CallModel`` effect, its counters, the classification of
-a failure and the ``RequestEvent`` that records it, and the body the prefix probe and the request
-digest see (no IO: the driver answers the effect)."""
+a failure and the ``RequestEvent`` that records it, how its body follows the one before (the prefix
+a prompt cache can reuse) and the body a failed request's digest reads (no IO: the driver answers
+the effect)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from contextkit.events import RequestEvent
 from contextkit.failures.classify import Failure, FailureKind, classify_failure
 from contextkit.limits.context import FlowContext
 from contextkit.messages import Message
+from contextkit.prompt.prefix import PrefixSample
 from contextkit.sizing import Measure
 
 
@@ -87,8 +89,13 @@ def record_request(
 
 
 def request_body(ctx: FlowContext, messages: Sequence[Message]) -> bytes:
-    """The request body's messages and tools as sent, without breakpoints (for the prefix probe and
-    the request digest): ``{"tools": ..., "messages": [...]}`` joined from each message's cached
-    wire JSON, so a request serialises only the messages it adds."""
-    # Tools first: providers put the tool schemas ahead of the messages in the cached prompt prefix.
+    """The request body's messages and tools as sent, without breakpoints (the digest of a failed
+    request): ``{"tools": ..., "messages": [...]}`` joined from each message's cached wire JSON."""
     return ctx.meter.wire_body(messages, ctx.tools)
+
+
+def body_sample(ctx: FlowContext, messages: Sequence[Message]) -> PrefixSample:
+    """How the body of this request (``request_body``) follows the one before it: the bytes they
+    share from the start, what a provider's prompt cache can reuse. From the sizes of each message's
+    cached wire JSON, so a request looks up only the messages it adds and no body is joined."""
+    return PrefixSample.of(*ctx.meter.body_step(messages, ctx.tools))

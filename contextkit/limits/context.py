@@ -15,7 +15,6 @@ from contextkit.limits.state import SessionState
 from contextkit.markers import ArchiveSink
 from contextkit.messages import Message
 from contextkit.policy.pressure import PressureTally
-from contextkit.prompt.prefix import PrefixProbe
 from contextkit.sizing import Measure, RequestMeter
 
 Effect = Any
@@ -85,7 +84,6 @@ class FlowContext:
     notify: Callable[[str, str, str], None]
     summarizer_window: int | None = None
     summarizer_shares_window: bool = False  # the summarizer is the session's own model
-    probe: PrefixProbe = field(default_factory=PrefixProbe)
     breakpoints: bool = False  # place cache_control breakpoints (providers that need them)
     recall_tool: dict[str, Any] | None = None  # offered from the first request after the archive holds content
     archived: bool = False  # the archive received content since this context was created

@@ -56,6 +56,7 @@ and recovery act whatever the trigger says.
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,7 +81,7 @@ from contextkit.policy.trim import (
     dedup_repeated_reads,
 )
 from contextkit.sizing import Measure, format_size
-from contextkit.sizing.lastbuilt import common_prefix
+from contextkit.sizing.lastbuilt import prefix_copy
 
 __all__ = ["PressureConfig", "PressureReport", "PressureTally", "most_freed", "pressure", "relieve_pressure"]
 
@@ -294,17 +295,17 @@ class PressureTally:
     ratio keeps them); ``previews`` the positions of the previews of archived outputs."""
 
     def __init__(self) -> None:
-        self._messages: tuple[Message, ...] = ()
-        self._bytes = [0]
-        self._tokens = [0]
-        self._previewed: tuple[Message, ...] = ()  # the last history ``previews`` was asked about
+        self._messages: list[Message] = []
+        # running totals as arrays: a slice of one copies its memory, not an int object per message
+        self._bytes = array("q", [0])
+        self._tokens = array("q", [0])
+        self._previewed: list[Message] = []  # the last history ``previews`` was asked about
         self._previews: list[int] = []
 
     def previews(self, history: Sequence[Message]) -> list[int]:
         """``[i for i, m in enumerate(history) if is_budget_preview(m)]``, from the positions kept for
         the prefix ``history`` shares with the last history asked about."""
-        held = tuple(history)
-        shared = common_prefix(self._previewed, held)
+        held, shared = prefix_copy(self._previewed, history)
         found = self._previews[: bisect.bisect_left(self._previews, shared)]
         found += [shared + i for i in _previews(held[shared:])]
         self._previewed, self._previews = held, found
@@ -322,9 +323,13 @@ class PressureTally:
     ) -> float:
         """``most_freed(history, protect, sizes, window=window, cap=cap, ratio=ratio)``, from the
         totals kept for the prefix ``history`` shares with the last history asked about."""
-        held = tuple(history)
-        shared = common_prefix(self._messages, held)
-        cum_bytes, cum_tokens = self._bytes[: shared + 1], self._tokens[: shared + 1]
+        held, shared = prefix_copy(self._messages, history)
+        # a history that only grew appends to the last totals (they are replaced by these)
+        cum_bytes, cum_tokens = (
+            (self._bytes, self._tokens)
+            if shared + 1 == len(self._bytes)
+            else (self._bytes[: shared + 1], self._tokens[: shared + 1])
+        )
         b_total, t_total = cum_bytes[-1], cum_tokens[-1]
         for m in held[shared:]:
             b, t = _freeable(m, sizes)

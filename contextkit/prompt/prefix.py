@@ -74,6 +74,21 @@ class PrefixSample:
     previous_bytes: int | None
     append_only: bool | None = None  # the previous body, still open, is a prefix of this one
 
+    @classmethod
+    def of(cls, body_bytes: int, previous_bytes: int | None, shared_bytes: int, closing: int = 2) -> PrefixSample:
+        """The reading for a body of ``body_bytes`` that shares ``shared_bytes`` with the previous
+        body of ``previous_bytes`` (None: there was none), whose last ``closing`` bytes close its
+        list (2 for a request body's ``]}``)."""
+        if previous_bytes is None:
+            return cls(shared_bytes=0, share=None, body_bytes=body_bytes, previous_bytes=None)
+        return cls(
+            shared_bytes=shared_bytes,
+            share=shared_bytes / previous_bytes if previous_bytes else None,
+            body_bytes=body_bytes,
+            previous_bytes=previous_bytes,
+            append_only=shared_bytes >= previous_bytes - closing,
+        )
+
     @property
     def cache_break(self) -> bool:
         """This request does not extend the previous one: a provider's prompt cache is lost from
@@ -108,16 +123,8 @@ class PrefixProbe:
         previous = self._previous
         self._previous = data
         if previous is None:
-            return PrefixSample(shared_bytes=0, share=None, body_bytes=len(data), previous_bytes=None)
-        shared = shared_prefix(previous, data)
-        share = shared / len(previous) if previous else None
-        return PrefixSample(
-            shared_bytes=shared,
-            share=share,
-            body_bytes=len(data),
-            previous_bytes=len(previous),
-            append_only=shared >= len(previous) - _closing(previous),
-        )
+            return PrefixSample.of(len(data), None, 0)
+        return PrefixSample.of(len(data), len(previous), shared_prefix(previous, data), _closing(previous))
 
     __call__ = feed
 

@@ -1,11 +1,11 @@
 """What the meter built for the last request, reused for the prefix the next one shares.
 
-The turn flow hands litellm a list of wire dicts and joins the body's JSON for every request; a
-request usually repeats the last one and adds a few messages. ``LastList`` keeps the last list's
-cached wire dicts and the copies it handed out, and ``LastBody`` the last body's joined JSON, each
-with a copy of its messages: the longest shared prefix is found by comparing lists in C (object by
-object, the same object equal at once; an equal copy has the same wire form), and only the
-messages after it are looked up.
+The turn flow hands litellm a list of wire dicts and compares every request body with the one
+before (the bytes a provider's prompt cache can reuse); a request usually repeats the last one and
+adds a few messages. ``LastList`` keeps the last list's cached wire dicts and the copies it handed
+out, and ``LastBody`` the last body's JSON pieces and their sizes, each with a copy of its messages:
+the longest shared prefix is found by comparing lists in C (object by object, the same object equal
+at once; an equal copy has the same wire form), and only the messages after it are looked up.
 
 The copies handed out for that prefix are handed out again, so a request copies only its new
 messages. A receiver may write to its copies (litellm's message validation sets an assistant
@@ -20,9 +20,10 @@ the processor's caches.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, SupportsIndex
+from typing import Any, SupportsIndex, TypeVar
 
 from contextkit.messages import Message
 
@@ -223,7 +224,10 @@ def _shared(last: _Seen | None, messages: Sequence[Message]) -> tuple[list[Messa
     return prefix_copy(last.messages, messages) if last is not None else (list(messages), 0)
 
 
-def _kept(items: list[Any], n: int) -> list[Any]:
+_Items = TypeVar("_Items", list[Any], "array[int]")
+
+
+def _kept(items: _Items, n: int) -> _Items:
     """The first ``n`` of the last build's ``items``, to be appended to: the list itself when that is
     all of it (the build that made it is replaced), so a history that only grew copies nothing."""
     return items if n == len(items) else items[:n]
@@ -237,8 +241,14 @@ class _List(_Seen):
 
 @dataclass(frozen=True, slots=True)
 class _Body(_Seen):
-    text: str  # the messages' JSON joined with commas
-    ends: list[int]  # where each prefix of it ends (``ends[i]``: the first ``i`` messages)
+    head: str  # the body before its messages: ``{"tools":...,"messages":[``
+    head_bytes: int
+    pieces: list[str]  # each message's JSON
+    ends: array[int]  # ``ends[i]``: the UTF-8 bytes of the first ``i`` pieces joined with commas
+
+    @property
+    def size(self) -> int:
+        return self.head_bytes + self.ends[-1] + 2  # and the closing ``]}``
 
 
 class LastList:
@@ -282,27 +292,82 @@ class LastList:
 
 
 class LastBody:
-    """The last body's joined message JSON; ``build`` the next one from it."""
+    """The last request body ``step`` went to: its messages' JSON pieces and where each prefix of
+    them ends, in bytes. The next body is compared with it from those figures: the bytes the two
+    share (what a provider's prompt cache can reuse) without joining either body, so a request
+    serialises and reads only what it adds."""
 
     def __init__(self) -> None:
         self._last: _Body | None = None
-        self.looked_up = 0  # messages whose JSON was joined (the rest: the last body's prefix)
+        self.looked_up = 0  # messages whose JSON a step looked up (the rest: the last body's prefix)
 
     def build(self, messages: Sequence[Message], json_of: Callable[[Message], str]) -> str:
-        """``",".join(json_of(m) for m in messages)``, the shared prefix's text reused."""
+        """``",".join(json_of(m) for m in messages)``, the shared prefix's pieces reused. Leaves the
+        last body as it was."""
         last = self._last
         held, shared = _shared(last, messages)
-        head = last.text[: last.ends[shared]] if last is not None else ""
-        ends = _kept(last.ends, shared + 1) if last is not None else [0]
-        pieces = [json_of(m) for m in held[shared:]]
-        self.looked_up += len(pieces)
-        for piece in pieces:
-            ends.append(ends[-1] + len(piece) + (1 if len(ends) > 1 else 0))
-        text = head + ("," if head and pieces else "") + ",".join(pieces)
-        self._last = _Body(held, text, ends)
-        return text
+        return ",".join([*(last.pieces[:shared] if last is not None else ()), *map(json_of, held[shared:])])
 
-    def retain(self, keep: set[int]) -> None:
-        """Forget the last body unless every message of it is in ``keep`` (ids)."""
-        if self._last is not None and not keep.issuperset(map(id, self._last.messages)):
-            self._last = None
+    def step(
+        self, messages: Sequence[Message], head: str, json_of: Callable[[Message], str]
+    ) -> tuple[int, int | None, int]:
+        """The body ``head`` + the JSON of ``messages`` + ``]}`` becomes the last one: its bytes, the
+        last one's bytes (None for the first) and the bytes the two share from their start. Only the
+        messages after the prefix shared with the last body are looked up."""
+        last = self._last
+        held, shared = _shared(last, messages)
+        added = [json_of(m) for m in held[shared:]]
+        self.looked_up += len(added)
+        if last is None:
+            head_bytes, pieces, ends, previous, common = _utf8_bytes(head), [], array("q", [0]), None, 0
+        else:
+            head_bytes = last.head_bytes if last.head == head else _utf8_bytes(head)
+            previous = last.size
+            # from the last body's figures, before its lists are reused for this one
+            common = _shared_bytes(last, head, head_bytes, shared, len(held), added)
+            pieces, ends = _kept(last.pieces, shared), _kept(last.ends, shared + 1)
+        for piece in added:
+            ends.append(ends[-1] + _utf8_bytes(piece) + (1 if len(ends) > 1 else 0))
+        pieces += added
+        self._last = _Body(held, head, head_bytes, pieces, ends)
+        return self._last.size, previous, common
+
+
+def _utf8_bytes(text: str) -> int:
+    """The UTF-8 bytes of ``text``: its length when it is ASCII (known without a walk)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _common_start(a: str, b: str) -> int:
+    """The bytes the UTF-8 forms of ``a`` and ``b`` share from their start (bytes, not characters:
+    two different characters may share a leading byte, as a cache comparing bytes sees)."""
+    x, y = a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass")
+    n = min(len(x), len(y))
+    if x[:n] == y[:n]:
+        return n
+    lo, hi = 0, n  # x[:lo] == y[:lo], x[:hi] != y[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if y.startswith(x[lo:mid], lo):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _shared_bytes(last: _Body, head: str, head_bytes: int, shared: int, total: int, added: list[str]) -> int:
+    """The bytes the body of ``total`` messages (the first ``shared`` those of ``last``, then the
+    pieces ``added``) shares with ``last`` from their start. A piece is a whole JSON object, so two
+    different pieces differ within the shorter one, and two bodies differ within the first pieces
+    that differ."""
+    if last.head != head:  # other tools: the bodies part within the heads (each ends its tools list)
+        return _common_start(last.head, head)
+    k, m = shared, len(last.pieces)
+    # messages that differ only in what is not sent (an equal copy with other flags) send the same JSON
+    while k < m and k < total and last.pieces[k] == added[k - shared]:
+        k += 1
+    if k == m:  # the last body's pieces all lead this one: equal, or this one goes on after them
+        return last.size if k == total else last.size - 2
+    if k == total:  # this one's pieces all lead the last one, which goes on after them
+        return head_bytes + last.ends[k]
+    return head_bytes + last.ends[k] + (1 if k else 0) + _common_start(last.pieces[k], added[k - shared])

@@ -40,6 +40,12 @@ CALIBRATION_MIN_TOKENS = 1024
 CALIBRATION_DEADBAND = 0.03
 
 
+def _body_head(tools: Any) -> str:
+    """The request body before its messages (the tools first: providers put them ahead of the
+    messages in the cached prompt prefix)."""
+    return f'{{"tools":{dumps(tools)},"messages":['
+
+
 class RequestMeter:
     """Caches per-message sizes so re-measuring a grown history costs only the new messages.
 
@@ -66,7 +72,7 @@ class RequestMeter:
         self._last_tools: tuple[list[Any], str, Any] | None = None  # the tools, their JSON, a copy
         self._evicted = False  # the size caches dropped an entry for room (``retain`` then walks them)
         self._list = LastList()  # the last wire list handed out (``wire_list``)
-        self._body = LastBody()  # the last body joined (``wire_body``)
+        self._body = LastBody()  # the last body stepped to (``body_step``)
         self._lock = threading.Lock()
         self._anthropic = AnthropicBodies(model, self._lock)  # the Anthropic route's bodies
         self._max = max_entries
@@ -175,10 +181,16 @@ class RequestMeter:
 
     def wire_body(self, messages: Sequence[Message], tools: Any) -> bytes:
         """``dumps({"tools": tools, "messages": to_wire_list(messages)})`` as UTF-8, byte for byte,
-        joined from the cached pieces of ``wire_json``: only messages not seen before are serialised,
-        and the joined text of the longest prefix shared with the last body is reused."""
-        text = self._body.build(messages, self.wire_json)
-        return f'{{"tools":{dumps(tools)},"messages":[{text}]}}'.encode("utf-8", "surrogatepass")
+        joined from the cached pieces of ``wire_json``: only messages not seen before are serialised."""
+        return f"{_body_head(tools)}{self._body.build(messages, self.wire_json)}]}}".encode("utf-8", "surrogatepass")
+
+    def body_step(self, messages: Sequence[Message], tools: Any) -> tuple[int, int | None, int]:
+        """The request body ``wire_body(messages, tools)`` follows the one before it (the last asked
+        here): its bytes, the one before's (None for the first) and the bytes the two share from
+        their start, the prefix a provider's prompt cache can reuse. From the cached pieces' sizes:
+        only the messages after the prefix shared with the body before are looked up, and no body is
+        joined (a join copies every byte of the history, every request)."""
+        return self._body.step(messages, _body_head(tools), self.wire_json)
 
     def message_bytes(self, message: Message) -> int:
         """One message's bytes as this route escapes its texts (for budgets; the request total
@@ -220,7 +232,7 @@ class RequestMeter:
             self._recent = [r for r in self._recent if keep.issuperset(map(id, r[0].messages))]
             self._runs = [r for r in self._runs if keep.issuperset(map(id, r.messages))]
             self._list.retain(keep)
-            self._body.retain(keep)
+            # the last body stays (one request's messages): the next request is compared with it
 
     @property
     def listed(self) -> int:
@@ -229,7 +241,7 @@ class RequestMeter:
 
     @property
     def joined(self) -> int:
-        """Messages whose JSON a body joined (the rest came from the last body's prefix)."""
+        """Messages whose JSON a body step looked up (the rest came from the last body's prefix)."""
         return self._body.looked_up
 
     @property
@@ -358,6 +370,7 @@ class RequestMeter:
             if marked is not None and plain is not None:
                 return marked - plain
         return len(positions) * (len(dumps({"cache_control": cache_control})) - 1)  # braces out, a comma in
+
 
 @dataclass(frozen=True, slots=True)
 class _Run:
