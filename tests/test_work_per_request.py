@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from contextkit import Limits, Session, ToolResult
 from contextkit.archive import Archive
 from contextkit.limits import preflight
-from contextkit.messages import Message, to_wire_list
+from contextkit.messages import Message, ToolCall, to_wire_list
 from contextkit.policy import budgets, pairing
 from contextkit.sim import GatewaySimulator, Workspace
 from contextkit.sizing import RequestMeter, request_bytes
@@ -245,32 +245,34 @@ def test_a_receivers_equal_writes_keep_the_copies_and_its_other_writes_are_copie
     assert meter.wire_list(history) == to_wire_list(history)
 
 
+def _message(i: int) -> Message:
+    """The i-th message of a varied history: non-ASCII text, tool calls, tool results, content blocks."""
+    kind = i % 4
+    if kind == 0:
+        return Message.user(f"question {i} é€")
+    if kind == 1:
+        return Message.assistant(f"step {i}", [ToolCall(f"c{i}", "read_file", '{"path": "a.py"}')])
+    if kind == 2:
+        return Message.tool(f"c{i - 1}", f"result {i} " * (i % 7))
+    return Message.user(f"picture {i}", images=("data:image/png;base64,iVBORw0KGgo=",))  # content blocks
+
+
 @settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(["append", "rewrite", "cut", "other"]), st.integers(0, 30)), max_size=12))
 def test_lists_and_bodies_built_from_the_last_ones_equal_fresh_ones(steps: list[tuple[str, int]]) -> None:
     """``wire_list`` and ``wire_body`` reuse what the last call built for the prefix it shares with this
     one: after appends, a rewrite in the middle, a cut and an unrelated history, each must still equal
     the list and the body built from nothing (and a receiver's change to a copy must not leak)."""
-    from contextkit.messages import ToolCall, to_wire_list
+    from contextkit.messages import to_wire_list
     from contextkit.sizing import dumps
-
-    def message(i: int) -> Message:
-        kind = i % 4
-        if kind == 0:
-            return Message.user(f"question {i} é€")
-        if kind == 1:
-            return Message.assistant(f"step {i}", [ToolCall(f"c{i}", "read_file", '{"path": "a.py"}')])
-        if kind == 2:
-            return Message.tool(f"c{i - 1}", f"result {i} " * (i % 7))
-        return Message.user(f"picture {i}", images=("data:image/png;base64,iVBORw0KGgo=",))  # content blocks
 
     meter = RequestMeter()
     tools = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
-    history = [Message.system("s"), *(message(i) for i in range(5))]
+    history = [Message.system("s"), *(_message(i) for i in range(5))]
     made = 5
     for op, n in [("append", 0), *steps]:
         if op == "append":
-            history += [message(made + j) for j in range(n % 5 + 1)]
+            history += [_message(made + j) for j in range(n % 5 + 1)]
             made += n % 5 + 1
         elif op == "rewrite" and history:
             history[n % len(history)] = Message.user(f"rewritten {made}")
@@ -278,7 +280,7 @@ def test_lists_and_bodies_built_from_the_last_ones_equal_fresh_ones(steps: list[
         elif op == "cut":
             history = history[: n % (len(history) + 1)]
         else:
-            history = [Message.system("other"), *(message(made + j) for j in range(n % 6))]
+            history = [Message.system("other"), *(_message(made + j) for j in range(n % 6))]
             made += n % 6
         listed = meter.wire_list(history)
         assert listed == to_wire_list(history)
@@ -313,19 +315,8 @@ def test_the_body_step_reads_the_bodies_as_the_byte_probe_does(steps: list[tuple
     whole bodies, byte for byte (and ``wire_body`` or ``retain`` in between must not move them)."""
     from dataclasses import replace
 
-    from contextkit.messages import ToolCall
     from contextkit.prompt.prefix import PrefixProbe
     from contextkit.sizing import dumps
-
-    def message(i: int) -> Message:
-        kind = i % 4
-        if kind == 0:
-            return Message.user(f"question {i} é€")
-        if kind == 1:
-            return Message.assistant(f"step {i}", [ToolCall(f"c{i}", "read_file", '{"path": "a.py"}')])
-        if kind == 2:
-            return Message.tool(f"c{i - 1}", f"result {i} " * (i % 7))
-        return Message.user(f"picture {i}", images=("data:image/png;base64,iVBORw0KGgo=",))
 
     meter, probe = RequestMeter(), PrefixProbe()
     toolsets = [
@@ -335,12 +326,12 @@ def test_the_body_step_reads_the_bodies_as_the_byte_probe_does(steps: list[tuple
         [],
     ]  # fmt: skip
     tools = toolsets[0]
-    history = [Message.system("s"), *(message(i) for i in range(5))]
+    history = [Message.system("s"), *(_message(i) for i in range(5))]
     made = 5
     for op, n in [("same", 0), *steps]:
         i = n % len(history) if history else 0
         if op == "append":
-            history = [*history, *(message(made + j) for j in range(n % 5 + 1))]
+            history = [*history, *(_message(made + j) for j in range(n % 5 + 1))]
             made += n % 5 + 1
         elif op == "rewrite" and history:
             history = [*history[:i], Message.user(f"rewritten {made}"), *history[i + 1 :]]
@@ -355,12 +346,12 @@ def test_the_body_step_reads_the_bodies_as_the_byte_probe_does(steps: list[tuple
         elif op == "cut":
             history = history[: n % (len(history) + 1)]
         elif op == "other":
-            history = [Message.system("other"), *(message(made + j) for j in range(n % 6))]
+            history = [Message.system("other"), *(_message(made + j) for j in range(n % 6))]
             made += n % 6
         elif op == "tools":
             tools = toolsets[n % len(toolsets)]
         elif op == "body":  # asked between requests: neither moves what the next request is compared with
-            meter.wire_body([message(made)], toolsets[2])
+            meter.wire_body([_message(made)], toolsets[2])
             meter.retain(history[: n % (len(history) + 1)])
         body = dumps({"tools": tools, "messages": to_wire_list(history)}).encode("utf-8", "surrogatepass")
         expected = probe.feed(body)

@@ -7,18 +7,17 @@ prefix of two bodies; ``PrefixProbe`` keeps the previous body and reports, per r
 bytes and their share of the previous request (the figures of ``RequestEvent.prefix_shared_bytes``
 and ``RequestEvent.prefix_share``).
 
-Pure and stdlib only. Bodies of several MB are compared with ``bytes.startswith`` at offsets (one
-memcmp each: the whole shorter body first, else a chunked scan, then a binary search inside the first
-differing chunk), never a Python loop over bytes.
+Pure. Bodies of several MB are compared with ``bytes.startswith`` at offsets (``common_bytes`` of
+``sizing/lastbuilt.py``, which also compares a body's pieces), never a Python loop over bytes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PrefixProbe", "PrefixSample", "is_append_only", "shared_prefix"]
+from contextkit.sizing.lastbuilt import common_bytes
 
-_CHUNK = 1 << 16  # 64 KiB: big enough that the scan is memcmp-bound, small enough to bound the search
+__all__ = ["PrefixProbe", "PrefixSample", "is_append_only", "shared_prefix"]
 
 
 def _as_bytes(body: bytes | bytearray | memoryview | str, what: str) -> bytes | bytearray | memoryview:
@@ -36,31 +35,7 @@ def shared_prefix(prev_body: bytes | str, body: bytes | str) -> int:
     ``str`` bodies are measured as their UTF-8 encoding (the bytes actually sent), so the result
     may end inside a multi-byte character; that is what a byte-level cache sees too.
     """
-    a = bytes(_as_bytes(prev_body, "prev_body"))
-    b = bytes(_as_bytes(body, "body"))
-    limit = min(len(a), len(b))
-    # ``bytes.startswith`` at an offset is one memcmp, without copying ``b`` (a memoryview
-    # comparison goes item by item): the whole of the shorter body first, the usual answer for an
-    # append-only request; else chunk by chunk, then a binary search inside the differing chunk
-    if b.startswith(a[:limit]) if len(a) <= len(b) else a.startswith(b):
-        return limit
-    start = 0
-    while start < limit:
-        end = min(start + _CHUNK, limit)
-        if not b.startswith(a[start:end], start):
-            break
-        start = end
-    else:
-        return limit
-    # invariant a[:lo] == b[:lo], a[:hi] != b[:hi]
-    lo, hi = start, min(start + _CHUNK, limit)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if b.startswith(a[lo:mid], lo):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return common_bytes(bytes(_as_bytes(prev_body, "prev_body")), bytes(_as_bytes(body, "body")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from typing import Any, SupportsIndex, TypeVar
 
 from contextkit.messages import Message
 
-__all__ = ["LastBody", "LastList", "common_prefix", "fresh", "prefix_copy"]
+__all__ = ["LastBody", "LastList", "common_bytes", "common_prefix", "fresh", "prefix_copy"]
 
 
 def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
@@ -338,21 +338,39 @@ def _utf8_bytes(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
-def _common_start(a: str, b: str) -> int:
-    """The bytes the UTF-8 forms of ``a`` and ``b`` share from their start (bytes, not characters:
-    two different characters may share a leading byte, as a cache comparing bytes sees)."""
-    x, y = a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass")
-    n = min(len(x), len(y))
-    if x[:n] == y[:n]:
-        return n
-    lo, hi = 0, n  # x[:lo] == y[:lo], x[:hi] != y[:hi]
+_CHUNK = 1 << 16  # 64 KiB: big enough that the scan is memcmp-bound, small enough to bound the search
+
+
+def common_bytes(a: bytes, b: bytes) -> int:
+    """Length of the longest common prefix of two byte strings, by ``bytes.startswith`` at offsets
+    (one memcmp each, without copying ``b``; a memoryview comparison goes item by item): the whole
+    of the shorter one first (a body appended to), else chunk by chunk, then a binary search inside
+    the first differing chunk."""
+    limit = min(len(a), len(b))
+    if b.startswith(a[:limit]) if len(a) <= len(b) else a.startswith(b):
+        return limit
+    start = 0
+    while start < limit:
+        end = min(start + _CHUNK, limit)
+        if not b.startswith(a[start:end], start):
+            break
+        start = end
+    else:
+        return limit
+    lo, hi = start, min(start + _CHUNK, limit)  # a[:lo] == b[:lo], a[:hi] != b[:hi]
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if y.startswith(x[lo:mid], lo):
+        if b.startswith(a[lo:mid], lo):
             lo = mid
         else:
             hi = mid
     return lo
+
+
+def _common_start(a: str, b: str) -> int:
+    """The bytes the UTF-8 forms of ``a`` and ``b`` share from their start (bytes, not characters:
+    two different characters may share a leading byte, as a cache comparing bytes sees)."""
+    return common_bytes(a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass"))
 
 
 def _shared_bytes(last: _Body, head: str, head_bytes: int, shared: int, total: int, added: list[str]) -> int:
