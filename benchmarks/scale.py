@@ -29,7 +29,14 @@ Each figure is printed beside a baseline measured in the same run, with the date
    A shared machine's speed drifts during the run, so every turn of the long session is followed
    by a turn of a fresh session (a new one every 10 turns, the same workload): the "fresh" column
    and the by-length table's difference, pair by pair with a bootstrap interval, compare the two at
-   the same moments.
+   the same moments. After every completion a control runs, timed apart: the same fixed
+   bookkeeping of contextkit's (four meters measuring and listing one unchanging 121-message
+   history). Its work never changes, yet it costs more in the long session, because litellm's work
+   on a longer request leaves the processor's caches holding other memory; the by-length table
+   prints the long session's extra as a share of the fresh one's for the own work and for the
+   control, and the first less the second: contextkit's work that grows with the history. (An
+   added walk over every message per request, ``sum(len(m.content) for m in history)``, shows
+   there as +10 points at 600+ messages and +1.4 points per 100 messages.)
 
 Files are built once into ``--cache`` (default ``~/.cache/contextkit/scale``) and reused.
 
@@ -392,12 +399,14 @@ def sessions_part(counts: list[int], turns: int) -> None:
 
 class InsideLitellm:
     """CPU of the calling thread spent inside ``backend.completion`` (litellm, the SDK, the socket):
-    a turn's CPU less this is contextkit's own, measured directly rather than against a baseline."""
+    a turn's CPU less this is contextkit's own, measured directly rather than against a baseline.
+    ``control``: run after every completion and timed apart (``control_cpu``), in neither figure."""
 
-    def __init__(self) -> None:
+    def __init__(self, control: Callable[[], None] | None = None) -> None:
         from contextkit import backend
 
         self.cpu = 0.0
+        self.control_cpu = 0.0
         self._backend, self._completion = backend, backend.completion
 
         def completion(*args: Any, **kwargs: Any) -> Any:
@@ -406,11 +415,42 @@ class InsideLitellm:
                 return self._completion(*args, **kwargs)
             finally:
                 self.cpu += time.thread_time() - started
+                if control is not None:
+                    started = time.thread_time()
+                    control()
+                    self.control_cpu += time.thread_time() - started
 
         backend.completion = completion  # type: ignore[assignment]
 
     def close(self) -> None:
         self._backend.completion = self._completion  # type: ignore[assignment]
+
+
+def fixed_work() -> Callable[[], None]:
+    """The control of the long session: the same bookkeeping calls of contextkit's (four meters each
+    measuring and listing one unchanging history of 121 messages, every cache of theirs warm) on
+    the same objects every time. Its work never changes, so whatever it costs more in one session
+    than in another at the same moment is the state litellm's work left the processor in (caches
+    filled with a longer request), not contextkit's work growing with the history."""
+    from contextkit.messages import Message, ToolCall
+    from contextkit.sizing import RequestMeter
+
+    history = [Message.system("You are a coding agent.")]
+    for i in range(40):
+        history += [
+            Message.user(f"step {i}: look at module {i} " * 8),
+            Message.assistant("", [ToolCall(f"call_{i}", "read_file", json.dumps({"path": f"src/mod_{i}.py"}))]),
+            Message.tool(f"call_{i}", f"{i:>4}| def handler_{i}(request): return request\n" * 12),
+        ]
+    meters = [RequestMeter() for _ in range(4)]
+
+    def control() -> None:
+        for meter in meters:
+            meter.measure(history)
+            meter.wire_list(history)
+
+    control()
+    return control
 
 
 # --- 3. chat: contextkit's own CPU per turn -------------------------------------------------------------
@@ -481,11 +521,13 @@ def long_part(turns: int) -> None:
     print("   own direct: contextkit's turn CPU less the CPU inside litellm's completion (no baseline needed);")
     print("   append-only: own direct over the turns whose requests only appended to the last one (how many), without")
     print("   the turns where a pass or a compaction rewrote the history; fresh: own direct of a session never older than")
-    print(f"   {window} turns, one of its turns after each turn of the long one (the same moments: the machine's drift cancels)")
+    print(f"   {window} turns, one of its turns after each turn of the long one (the same moments: the machine's drift cancels);")
+    print("   control: the same fixed bookkeeping of contextkit's after every completion (timed apart, in no other column):")
+    print("   what it costs more in the long session is the state litellm's longer requests leave the processor in")
     header = (f"{'turn':>5}  {'contextkit wall':>15}  {'baseline wall':>13}  {'own wall':>9}  {'contextkit CPU':>14}  "
               f"{'baseline CPU':>12}  {'own CPU':>8}  {'own direct':>10}  {'append-only':>15}  {'fresh':>7}  {'history':>9}  {'messages':>8}")  # fmt: skip
     print(header + "\n" + "-" * len(header))
-    inside = InsideLitellm()
+    inside = InsideLitellm(control=fixed_work())
 
     with tempfile.TemporaryDirectory() as tmp, GatewaySimulator(max_body="256KB", reject_with="413", record_bodies=True) as gw:
 
@@ -498,24 +540,26 @@ def long_part(turns: int) -> None:
             session.events.subscribe(lambda e: rewrote.__setitem__(0, rewrote[0] or getattr(e, "append_only", None) is False))
             return session, archive, rewrote
 
-        def one_turn(session: Session, rewrote: list[bool], turn: int) -> tuple[float, float, float, bool]:
-            """(wall, CPU less the tool's, own direct, append-only) of one turn."""
+        def one_turn(session: Session, rewrote: list[bool], turn: int) -> tuple[float, float, float, bool, float]:
+            """(wall, CPU less the tool's, own direct, append-only, the control's CPU) of one turn."""
             rewrote[0] = False
             tool_cpu[0] = 0.0
-            inside.cpu = 0.0
+            inside.cpu = inside.control_cpu = 0.0
             started, cpu = time.perf_counter(), time.thread_time()
             session.send(f'[[tool:read_file {{"path": "src/mod_{turn % 97}.py"}}]] turn {turn}: check this module')
-            took, took_cpu = time.perf_counter() - started, time.thread_time() - cpu - tool_cpu[0]
-            return took, took_cpu, took_cpu - inside.cpu, not rewrote[0]
+            control = inside.control_cpu
+            took, took_cpu = time.perf_counter() - started - control, time.thread_time() - cpu - tool_cpu[0] - control
+            return took, took_cpu, took_cpu - inside.cpu, not rewrote[0], control
 
         session, archive, rewrote = open_session("long")
         fresh: tuple[Session, Archive, list[bool]] | None = None
         cols = ("own", "base", "own_cpu", "base_cpu", "direct", "sizes", "lengths", "quiet", "fresh")
         at: dict[str, dict[int, list[float]]] = {c: {p: [] for p in points} for c in cols}
-        paired: list[tuple[int, float, float]] = []  # (messages in the long history, its own direct, fresh's) when both appended only
+        # (messages in the long history, its own direct, fresh's, its control, fresh's) when both appended only
+        paired: list[tuple[int, float, float, float, float]] = []
         for turn in range(1, turns + 1):
             gw.clear_log()
-            took, took_cpu, own_direct, quiet = one_turn(session, rewrote, turn)
+            took, took_cpu, own_direct, quiet, control = one_turn(session, rewrote, turn)
             near = [p for p in points if p - window < turn <= p]
             if near:
                 cell = near[0]
@@ -537,11 +581,11 @@ def long_part(turns: int) -> None:
                     fresh[0].close()
                     fresh[1].close()
                 fresh = open_session(f"fresh-{turn}")
-            _, _, fresh_direct, fresh_quiet = one_turn(fresh[0], fresh[2], turn)
+            _, _, fresh_direct, fresh_quiet, fresh_control = one_turn(fresh[0], fresh[2], turn)
             if near:
                 at["fresh"][near[0]].append(fresh_direct)
             if quiet and fresh_quiet:
-                paired.append((len(session.history), own_direct, fresh_direct))
+                paired.append((len(session.history), own_direct, fresh_direct, control, fresh_control))
         if fresh is not None:
             fresh[0].close()
             fresh[1].close()
@@ -565,32 +609,97 @@ def theil_sen(points: list[tuple[int, float]]) -> float:
     return statistics.median(slopes) if slopes else math.nan
 
 
-def print_by_length(turns: list[tuple[int, float, float]]) -> None:
+@dataclass(frozen=True)
+class LengthBin:
+    """The append-only turns of one range of history lengths (``print_by_length``): medians in
+    seconds, the long session less the fresh one (pair by pair) with its 95% interval, and that
+    extra as a share of the fresh session's figure for the own work and for the control, and the
+    first less the second (with its interval)."""
+
+    label: str
+    turns: int
+    long: float = math.nan
+    fresh: float = math.nan
+    extra: float = math.nan
+    extra_interval: tuple[float, float] = (math.nan, math.nan)
+    own_share: float = math.nan
+    control_share: float = math.nan
+    beyond: tuple[float, float] = (math.nan, math.nan)
+
+    @property
+    def beyond_control(self) -> float:
+        return self.own_share - self.control_share
+
+
+def _shares(pairs: list[tuple[float, float, float, float]]) -> tuple[float, float]:
+    """(own, control): the median of the long session's extra over the fresh one's, as a share of
+    the fresh session's median, for ``(own long, own fresh, control long, control fresh)`` pairs."""
+    own = statistics.median(a - b for a, b, _, _ in pairs) / statistics.median(b for _, b, _, _ in pairs)
+    control = statistics.median(c - d for _, _, c, d in pairs) / statistics.median(d for _, _, _, d in pairs)
+    return own, control
+
+
+def by_length(turns: list[tuple[int, float, float, float, float]], seed: int = 0) -> tuple[list[LengthBin], dict[str, float]]:
+    """The bins of ``print_by_length`` and its slopes per message (Theil-Sen: seconds for ``long``,
+    ``fresh`` and ``extra``; shares of the fresh session's median for ``own``, ``control`` and
+    ``beyond``), from ``(messages in the long history, own long, own fresh, control long, control
+    fresh)`` per pair of append-only turns."""
+    rng = random.Random(seed)
+    edges = [0, 100, 300, 600, 10**9]
+    bins = []
+    for lo, hi in itertools.pairwise(edges):
+        got = [(a, b, c, d) for n, a, b, c, d in turns if lo <= n < hi]
+        label = f"{lo}+" if hi == 10**9 else f"{lo}-{hi - 1}"
+        if not got:
+            bins.append(LengthBin(label, 0))
+            continue
+        diffs = [a - b for a, b, _, _ in got]
+        # the intervals resample the pairs (bootstrap, 1,000 draws)
+        boots = sorted(statistics.median(rng.choices(diffs, k=len(diffs))) for _ in range(1000))
+        own, control = _shares(got)
+        beyond = sorted(o - c for o, c in (_shares(rng.choices(got, k=len(got))) for _ in range(1000)))
+        bins.append(LengthBin(
+            label, len(got), statistics.median(a for a, _, _, _ in got), statistics.median(b for _, b, _, _ in got),
+            statistics.median(diffs), (boots[25], boots[974]), own, control, (beyond[25], beyond[974]),
+        ))  # fmt: skip
+    own_fresh = statistics.median(b for _, _, b, _, _ in turns) if turns else math.nan
+    control_fresh = statistics.median(d for _, _, _, _, d in turns) if turns else math.nan
+    slopes = {
+        "long": theil_sen([(n, a) for n, a, _, _, _ in turns]),
+        "fresh": theil_sen([(n, b) for n, _, b, _, _ in turns]),
+        "extra": theil_sen([(n, a - b) for n, a, b, _, _ in turns]),
+        "own": theil_sen([(n, (a - b) / own_fresh) for n, a, b, _, _ in turns]),
+        "control": theil_sen([(n, (c - d) / control_fresh) for n, _, _, c, d in turns]),
+    }
+    slopes["beyond"] = slopes["own"] - slopes["control"]
+    return bins, slopes
+
+
+def print_by_length(turns: list[tuple[int, float, float, float, float]]) -> None:
     """Own direct CPU of every append-only turn of the long session by the history's length (where the
     marks fall depends on when compaction last ran), beside the fresh session's turn right after it,
     the difference of the two (pair by pair) and the slopes (Theil-Sen): a turn whose work follows
-    its new content costs what a fresh session's turn costs at any length."""
-    print("   own direct over every turn where both sessions only appended, by messages in the long history (median):")
-    print(f"   {'messages':>9}  {'turns':>5}  {'long':>7}  {'fresh':>7}  {'long - fresh':>12}  {'95% interval':>17}")
-    edges = [0, 100, 300, 600, 10**9]
-    rng = random.Random(0)
-    for lo, hi in itertools.pairwise(edges):
-        got = [(a, b) for n, a, b in turns if lo <= n < hi]
-        label = f"{lo}+" if hi == 10**9 else f"{lo}-{hi - 1}"
-        if not got:
-            print(f"   {label:>9}  {0:>5}")
+    its new content costs what a fresh session's turn costs at any length - or as much more as the
+    control, whose work never changes, costs more at the same moments (``fixed_work``). The last
+    columns put the two side by side, as shares of the fresh session's figure: what contextkit's
+    own work costs beyond the control is what grows with the history."""
+    print("   own direct over every turn where both sessions only appended, by messages in the long history (median);")
+    print("   long - fresh as a share of fresh, for the own work and for the control, and the first less the second:")
+    print(f"   {'messages':>9}  {'turns':>5}  {'long':>7}  {'fresh':>7}  {'long - fresh':>12}  {'95% interval':>17}  "
+          f"{'own':>5}  {'control':>7}  {'own - control':>13}  {'95% interval':>15}")  # fmt: skip
+    bins, slopes = by_length(turns)
+    for b in bins:
+        if not b.turns:
+            print(f"   {b.label:>9}  {0:>5}")
             continue
-        diffs = [a - b for a, b in got]
-        # the interval of the median difference, resampling the pairs (bootstrap, 1,000 draws)
-        boots = sorted(statistics.median(rng.choices(diffs, k=len(diffs))) for _ in range(1000))
-        interval = f"{boots[25] * 1000:+.2f} to {boots[974] * 1000:+.2f} ms"
-        print(f"   {label:>9}  {len(got):>5}  {statistics.median(a for a, _ in got) * 1000:>4.1f} ms  "
-              f"{statistics.median(b for _, b in got) * 1000:>4.1f} ms  {statistics.median(diffs) * 1000:>+9.2f} ms  {interval:>17}")  # fmt: skip
-    long_slope = theil_sen([(n, a) for n, a, _ in turns])
-    fresh_slope = theil_sen([(n, b) for n, _, b in turns])
-    excess = theil_sen([(n, a - b) for n, a, b in turns])
-    print(f"   slope (Theil-Sen, per 100 messages): long {long_slope * 1e8:+.0f} us, fresh {fresh_slope * 1e8:+.0f} us "
-          f"(the machine's drift), long - fresh {excess * 1e8:+.0f} us")  # fmt: skip
+        interval = f"{b.extra_interval[0] * 1000:+.2f} to {b.extra_interval[1] * 1000:+.2f} ms"
+        print(f"   {b.label:>9}  {b.turns:>5}  {b.long * 1000:>4.1f} ms  {b.fresh * 1000:>4.1f} ms  {b.extra * 1000:>+9.2f} ms  "
+              f"{interval:>17}  {b.own_share:>+5.0%}  {b.control_share:>+7.0%}  {b.beyond_control * 100:>+9.1f} pts  "
+              f"{b.beyond[0] * 100:+.1f} to {b.beyond[1] * 100:+.1f}")  # fmt: skip
+    print(f"   slope (Theil-Sen, per 100 messages): long {slopes['long'] * 1e8:+.0f} us, fresh {slopes['fresh'] * 1e8:+.0f} us "
+          f"(the machine's drift), long - fresh {slopes['extra'] * 1e8:+.0f} us")  # fmt: skip
+    print(f"   as shares of fresh, per 100 messages: own {slopes['own'] * 1e4:+.1f}%, control {slopes['control'] * 1e4:+.1f}%, "
+          f"own beyond the control {slopes['beyond'] * 1e4:+.1f} pts")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
