@@ -547,7 +547,7 @@ def long_part(turns: int) -> None:
             inside.cpu = inside.control_cpu = 0.0
             started, cpu = time.perf_counter(), time.thread_time()
             session.send(f'[[tool:read_file {{"path": "src/mod_{turn % 97}.py"}}]] turn {turn}: check this module')
-            control = inside.control_cpu
+            control = inside.control_cpu  # its CPU stands for its wall time too: it waits on nothing
             took, took_cpu = time.perf_counter() - started - control, time.thread_time() - cpu - tool_cpu[0] - control
             return took, took_cpu, took_cpu - inside.cpu, not rewrote[0], control
 
