@@ -86,6 +86,17 @@ class _Noting:
         return self._plain, (self._plain(self),)
 
 
+def _noting(write: Callable[..., Any]) -> Callable[..., Any]:
+    """``write`` (a method of dict or list that may change the object), noting the copy first."""
+
+    def noting(self: _Noting, *args: Any, **kwargs: Any) -> Any:
+        self._note()
+        return write(self, *args, **kwargs)
+
+    noting.__name__ = noting.__qualname__ = write.__name__
+    return noting
+
+
 class _Noted(_Noting, dict):  # type: ignore[type-arg]
     """A copy of a wire dict handed to a receiver: a write that changes its value notes the copy's
     position in the list it was handed out in, so the next list copies it anew; writing an equal
@@ -102,34 +113,18 @@ class _Noted(_Noting, dict):  # type: ignore[type-arg]
         self._note()
         dict.__setitem__(self, key, value)
 
-    def __delitem__(self, key: Any) -> None:
-        self._note()
-        dict.__delitem__(self, key)
+    __delitem__ = _noting(dict.__delitem__)
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
         if key not in self:
             self._note()
         return dict.setdefault(self, key, default)
 
-    def pop(self, *args: Any) -> Any:
-        self._note()
-        return dict.pop(self, *args)
-
-    def popitem(self) -> tuple[Any, Any]:
-        self._note()
-        return dict.popitem(self)
-
-    def clear(self) -> None:
-        self._note()
-        dict.clear(self)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        self._note()
-        dict.update(self, *args, **kwargs)
-
-    def __ior__(self, other: Any) -> Any:  # type: ignore[misc]  # as dict's own: any mapping
-        self._note()
-        return dict.__ior__(self, other)
+    pop = _noting(dict.pop)
+    popitem = _noting(dict.popitem)
+    clear = _noting(dict.clear)
+    update = _noting(dict.update)
+    __ior__ = _noting(dict.__ior__)
 
 
 class _NotedList(_Noting, list):  # type: ignore[type-arg]
@@ -138,53 +133,18 @@ class _NotedList(_Noting, list):  # type: ignore[type-arg]
     __slots__ = ("mark",)
     _plain = list
 
-    def __setitem__(self, index: Any, value: Any) -> None:
-        self._note()
-        list.__setitem__(self, index, value)
-
-    def __delitem__(self, index: Any) -> None:
-        self._note()
-        list.__delitem__(self, index)
-
-    def __iadd__(self, other: Any) -> Any:  # type: ignore[misc]  # as list's own: any iterable
-        self._note()
-        return list.__iadd__(self, other)
-
-    def __imul__(self, n: SupportsIndex) -> Any:
-        self._note()
-        return list.__imul__(self, n)
-
-    def append(self, value: Any) -> None:
-        self._note()
-        list.append(self, value)
-
-    def extend(self, values: Any) -> None:
-        self._note()
-        list.extend(self, values)
-
-    def insert(self, index: SupportsIndex, value: Any) -> None:
-        self._note()
-        list.insert(self, index, value)
-
-    def pop(self, index: SupportsIndex = -1) -> Any:
-        self._note()
-        return list.pop(self, index)
-
-    def remove(self, value: Any) -> None:
-        self._note()
-        list.remove(self, value)
-
-    def clear(self) -> None:
-        self._note()
-        list.clear(self)
-
-    def sort(self, *args: Any, **kwargs: Any) -> None:
-        self._note()
-        list.sort(self, *args, **kwargs)
-
-    def reverse(self) -> None:
-        self._note()
-        list.reverse(self)
+    __setitem__ = _noting(list.__setitem__)
+    __delitem__ = _noting(list.__delitem__)
+    __iadd__ = _noting(list.__iadd__)
+    __imul__ = _noting(list.__imul__)
+    append = _noting(list.append)
+    extend = _noting(list.extend)
+    insert = _noting(list.insert)
+    pop = _noting(list.pop)
+    remove = _noting(list.remove)
+    clear = _noting(list.clear)
+    sort = _noting(list.sort)
+    reverse = _noting(list.reverse)
 
 
 def _noted(obj: Any, mark: tuple[list[int], int]) -> Any:
